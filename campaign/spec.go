@@ -1,0 +1,403 @@
+// Package campaign owns what a crawl campaign is: its spec (one JSON
+// document, every field defaulted and validated here), the contract between
+// the CrawlCampaign workflow and its activities, and the names operators and
+// tools use: task queues, signals, updates and queries.
+//
+// It is pure (no I/O), so workflow code, activities and the CLI share it.
+package campaign
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spiderpool/spiderpool/crawl"
+	"github.com/spiderpool/spiderpool/ring"
+)
+
+// Spec is a campaign as a user writes it. Every field is optional except
+// Seeds; Normalize fills the documented defaults.
+type Spec struct {
+	// Seeds are the URLs the crawl starts from (http or https).
+	Seeds []string `json:"seeds"`
+	// Scope says which discovered URLs are fetched.
+	Scope Scope `json:"scope"`
+	// Limits bound the crawl and each fetch.
+	Limits Limits `json:"limits"`
+	// Politeness is how hard each host is pushed.
+	Politeness Politeness `json:"politeness"`
+	// Retry is the per-URL retry policy for transient failures.
+	Retry Retry `json:"retry"`
+	// Timeouts bound each HTTP request.
+	Timeouts Timeouts `json:"timeouts"`
+	// Dispatch tunes how the workflow hands batches to nodes.
+	Dispatch Dispatch `json:"dispatch"`
+	// Nodes, when set, restricts the campaign to these node IDs; by default
+	// every live registered node takes part.
+	Nodes []string `json:"nodes,omitempty"`
+
+	decodeErr error // set by UnmarshalJSON, reported by Normalize
+}
+
+// Scope: by default only the seeds' hosts (host[:port]) are in scope.
+type Scope struct {
+	// Hosts are extra authorities (host[:port]) in scope.
+	Hosts []string `json:"hosts,omitempty"`
+	// AllowedDomains puts these domains and their subdomains, on any port, in
+	// scope. When Hosts or AllowedDomains is set, the seeds' hosts are only
+	// in scope if listed.
+	AllowedDomains []string `json:"allowed_domains,omitempty"`
+	// Include, when set, admits only URLs matching one of these regular
+	// expressions (RE2 syntax, matched against the canonical URL).
+	Include []string `json:"include,omitempty"`
+	// Exclude rejects URLs matching any of these regular expressions.
+	Exclude []string `json:"exclude,omitempty"`
+	// ShardBy is "host" (default) or "domain": the unit of routing and
+	// politeness.
+	ShardBy string `json:"shard_by,omitempty"`
+}
+
+// Limits bound the campaign. Zero means the default, noted per field.
+type Limits struct {
+	// MaxPages caps the URLs the campaign fetches (fetched + failed).
+	// Default 0: no cap.
+	MaxPages int64 `json:"max_pages"`
+	// MaxDepth is how many links from a seed the crawl follows. Default 16;
+	// 0 fetches only the seeds. A redirect does not add depth.
+	MaxDepth *int `json:"max_depth,omitempty"`
+	// MaxRedirects caps a redirect chain. Default 5.
+	MaxRedirects int `json:"max_redirects"`
+	// MaxBodyBytes caps the bytes read of one response body (after
+	// decompression). Default 10 MiB.
+	MaxBodyBytes int64 `json:"max_body_bytes"`
+	// MaxURLLength rejects longer URLs. Default 2048.
+	MaxURLLength int `json:"max_url_length"`
+	// MaxLinksPerPage caps the links taken from one page. Default 1000.
+	MaxLinksPerPage int `json:"max_links_per_page"`
+}
+
+// Politeness is per host (per shard key).
+type Politeness struct {
+	// UserAgent is sent with every request. Default
+	// "spiderpool/0.1 (+https://github.com/spiderpool/spiderpool)".
+	UserAgent string `json:"user_agent,omitempty"`
+	// MaxConcurrencyPerHost caps simultaneous requests to one host. Default 2.
+	MaxConcurrencyPerHost int `json:"max_concurrency_per_host"`
+	// MinDelay is the least time between two requests to one host.
+	// Default 0.
+	MinDelay Duration `json:"min_delay"`
+}
+
+// Retry is the per-URL policy for transient failures (5xx, 408, 429,
+// timeouts, connection errors). Other 4xx are final at once.
+type Retry struct {
+	// MaxAttempts counts the first attempt. Default 3.
+	MaxAttempts int `json:"max_attempts"`
+	// InitialInterval is the wait before the second attempt. Default 1s.
+	InitialInterval Duration `json:"initial_interval"`
+	// BackoffCoefficient multiplies the wait after each attempt. Default 2.
+	BackoffCoefficient float64 `json:"backoff_coefficient"`
+	// MaxInterval caps the wait. Default 1m.
+	MaxInterval Duration `json:"max_interval"`
+	// NonRetryableStatuses are 5xx/408/429 statuses to treat as final.
+	NonRetryableStatuses []int `json:"non_retryable_statuses,omitempty"`
+}
+
+// Timeouts bound one HTTP request.
+type Timeouts struct {
+	// Connect bounds DNS and TCP/TLS connection set-up. Default 5s.
+	Connect Duration `json:"connect"`
+	// Request bounds a whole request, body included. Default 30s.
+	Request Duration `json:"request"`
+}
+
+// Dispatch tunes the workflow's batching. The defaults suit most crawls.
+type Dispatch struct {
+	// BatchSize is the most URLs in one fetch activity. Default 200.
+	BatchSize int `json:"batch_size"`
+	// WindowPerNode is how many batches each node may have in flight.
+	// Default 4.
+	WindowPerNode int `json:"window_per_node"`
+	// HeartbeatTimeout: a node silent this long mid-batch is suspect and its
+	// batch moves on. Default 10s.
+	HeartbeatTimeout Duration `json:"heartbeat_timeout"`
+	// ScheduleToStartTimeout: a batch not picked up this long moves to the
+	// next node. Default 10s.
+	ScheduleToStartTimeout Duration `json:"schedule_to_start_timeout"`
+	// LeaseTTL: leased URLs not confirmed by a live batch within this time
+	// return to pending. Default 2m.
+	LeaseTTL Duration `json:"lease_ttl"`
+	// MembershipRefresh is how often the node registry is re-read.
+	// Default 10s.
+	MembershipRefresh Duration `json:"membership_refresh"`
+	// MaxHistoryEvents: a run continues as new past this many events (or
+	// when Temporal suggests it). Default 10000.
+	MaxHistoryEvents int `json:"max_history_events"`
+}
+
+// Defaults.
+const (
+	DefaultUserAgent       = "spiderpool/0.1 (+https://github.com/spiderpool/spiderpool)"
+	DefaultMaxDepth        = 16
+	DefaultMaxRedirects    = 5
+	DefaultMaxBodyBytes    = 10 << 20
+	DefaultMaxURLLength    = 2048
+	DefaultMaxLinksPerPage = 1000
+	DefaultConcurrency     = 2
+	DefaultMaxAttempts     = 3
+	DefaultBatchSize       = 200
+	DefaultWindowPerNode   = 4
+	DefaultHistoryEvents   = 10_000
+)
+
+// FieldError is a problem with one field of a spec or signal.
+type FieldError struct {
+	Field   string // e.g. "spec.limits.max_pages"
+	Problem string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Problem }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// Normalize validates the spec and returns it with defaults filled in. The
+// error joins one FieldError per problem, each naming its field.
+func (s Spec) Normalize() (Spec, error) {
+	if s.decodeErr != nil {
+		return s, s.decodeErr
+	}
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+
+	if len(s.Seeds) == 0 {
+		add(fieldErr("spec.seeds", "at least one seed URL is required"))
+	}
+	for i, seed := range s.Seeds {
+		if _, err := crawl.Canonicalize(seed); err != nil {
+			add(fieldErr(fmt.Sprintf("spec.seeds[%d]", i), "%q is not an http(s) URL: %v", seed, unwrapParse(err)))
+		}
+	}
+
+	sc := &s.Scope
+	switch sc.ShardBy {
+	case "":
+		sc.ShardBy = string(crawl.ShardByHost)
+	case string(crawl.ShardByHost), string(crawl.ShardByDomain):
+	default:
+		add(fieldErr("spec.scope.shard_by", "want \"host\" or \"domain\", got %q", sc.ShardBy))
+	}
+	for i, d := range sc.AllowedDomains {
+		if d = strings.ToLower(strings.Trim(strings.TrimSpace(d), ".")); d == "" || strings.ContainsAny(d, "/:@ ") {
+			add(fieldErr(fmt.Sprintf("spec.scope.allowed_domains[%d]", i), "%q is not a domain name", sc.AllowedDomains[i]))
+		} else {
+			sc.AllowedDomains[i] = d
+		}
+	}
+	for i, h := range sc.Hosts {
+		if h = strings.ToLower(strings.TrimSpace(h)); h == "" || strings.ContainsAny(h, "/@ ") {
+			add(fieldErr(fmt.Sprintf("spec.scope.hosts[%d]", i), "%q is not a host[:port]", sc.Hosts[i]))
+		} else {
+			sc.Hosts[i] = h
+		}
+	}
+	for _, list := range []struct {
+		name string
+		pats []string
+	}{{"include", sc.Include}, {"exclude", sc.Exclude}} {
+		for i, p := range list.pats {
+			if _, err := regexp.Compile(p); err != nil {
+				add(fieldErr(fmt.Sprintf("spec.scope.%s[%d]", list.name, i), "bad regular expression: %v", err))
+			}
+		}
+	}
+
+	l := &s.Limits
+	nonNegative := func(field string, v int64) {
+		if v < 0 {
+			add(fieldErr("spec.limits."+field, "must be >= 0, got %d", v))
+		}
+	}
+	nonNegative("max_pages", l.MaxPages)
+	nonNegative("max_redirects", int64(l.MaxRedirects))
+	nonNegative("max_body_bytes", l.MaxBodyBytes)
+	nonNegative("max_url_length", int64(l.MaxURLLength))
+	nonNegative("max_links_per_page", int64(l.MaxLinksPerPage))
+	if l.MaxDepth == nil {
+		l.MaxDepth = new(DefaultMaxDepth)
+	} else {
+		nonNegative("max_depth", int64(*l.MaxDepth))
+	}
+	defaultInt(&l.MaxRedirects, DefaultMaxRedirects)
+	if l.MaxBodyBytes == 0 {
+		l.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	defaultInt(&l.MaxURLLength, DefaultMaxURLLength)
+	defaultInt(&l.MaxLinksPerPage, DefaultMaxLinksPerPage)
+	if l.MaxRedirects > 50 {
+		add(fieldErr("spec.limits.max_redirects", "must be <= 50, got %d", l.MaxRedirects))
+	}
+
+	p := &s.Politeness
+	if p.UserAgent = strings.TrimSpace(p.UserAgent); p.UserAgent == "" {
+		p.UserAgent = DefaultUserAgent
+	} else if strings.ContainsAny(p.UserAgent, "\r\n") {
+		add(fieldErr("spec.politeness.user_agent", "must be one line"))
+	}
+	if p.MaxConcurrencyPerHost < 0 || p.MaxConcurrencyPerHost > 256 {
+		add(fieldErr("spec.politeness.max_concurrency_per_host", "must be 1..256, got %d", p.MaxConcurrencyPerHost))
+	}
+	defaultInt(&p.MaxConcurrencyPerHost, DefaultConcurrency)
+	durationIn(add, "spec.politeness.min_delay", p.MinDelay, 0, time.Hour)
+
+	r := &s.Retry
+	if r.MaxAttempts < 0 || r.MaxAttempts > 100 {
+		add(fieldErr("spec.retry.max_attempts", "must be 1..100, got %d", r.MaxAttempts))
+	}
+	defaultInt(&r.MaxAttempts, DefaultMaxAttempts)
+	defaultDuration(&r.InitialInterval, time.Second)
+	defaultDuration(&r.MaxInterval, time.Minute)
+	if r.BackoffCoefficient == 0 {
+		r.BackoffCoefficient = 2
+	}
+	durationIn(add, "spec.retry.initial_interval", r.InitialInterval, time.Millisecond, 24*time.Hour)
+	durationIn(add, "spec.retry.max_interval", r.MaxInterval, r.InitialInterval.D(), 24*time.Hour)
+	if r.BackoffCoefficient < 1 || r.BackoffCoefficient > 100 {
+		add(fieldErr("spec.retry.backoff_coefficient", "must be 1..100, got %v", r.BackoffCoefficient))
+	}
+	for i, st := range r.NonRetryableStatuses {
+		if st < 100 || st > 599 {
+			add(fieldErr(fmt.Sprintf("spec.retry.non_retryable_statuses[%d]", i), "%d is not an HTTP status", st))
+		}
+	}
+
+	t := &s.Timeouts
+	defaultDuration(&t.Connect, 5*time.Second)
+	defaultDuration(&t.Request, 30*time.Second)
+	durationIn(add, "spec.timeouts.connect", t.Connect, time.Millisecond, time.Hour)
+	durationIn(add, "spec.timeouts.request", t.Request, time.Millisecond, time.Hour)
+
+	d := &s.Dispatch
+	if d.BatchSize < 0 || d.BatchSize > 5000 {
+		add(fieldErr("spec.dispatch.batch_size", "must be 1..5000, got %d", d.BatchSize))
+	}
+	if d.WindowPerNode < 0 || d.WindowPerNode > 64 {
+		add(fieldErr("spec.dispatch.window_per_node", "must be 1..64, got %d", d.WindowPerNode))
+	}
+	if d.MaxHistoryEvents != 0 && (d.MaxHistoryEvents < 500 || d.MaxHistoryEvents > 40_000) {
+		add(fieldErr("spec.dispatch.max_history_events", "must be 500..40000, got %d", d.MaxHistoryEvents))
+	}
+	defaultInt(&d.BatchSize, DefaultBatchSize)
+	defaultInt(&d.WindowPerNode, DefaultWindowPerNode)
+	defaultInt(&d.MaxHistoryEvents, DefaultHistoryEvents)
+	defaultDuration(&d.HeartbeatTimeout, 10*time.Second)
+	defaultDuration(&d.ScheduleToStartTimeout, 10*time.Second)
+	defaultDuration(&d.LeaseTTL, 2*time.Minute)
+	defaultDuration(&d.MembershipRefresh, 10*time.Second)
+	durationIn(add, "spec.dispatch.heartbeat_timeout", d.HeartbeatTimeout, time.Second, time.Hour)
+	durationIn(add, "spec.dispatch.schedule_to_start_timeout", d.ScheduleToStartTimeout, time.Second, time.Hour)
+	durationIn(add, "spec.dispatch.lease_ttl", d.LeaseTTL, 3*d.HeartbeatTimeout.D(), 24*time.Hour)
+	durationIn(add, "spec.dispatch.membership_refresh", d.MembershipRefresh, time.Second, time.Hour)
+
+	seen := map[string]bool{}
+	for i, n := range s.Nodes {
+		field := fmt.Sprintf("spec.nodes[%d]", i)
+		if err := ValidNodeID(n); err != nil {
+			add(fieldErr(field, "%v", err))
+		} else if seen[n] {
+			add(fieldErr(field, "node %q is listed twice", n))
+		}
+		seen[n] = true
+	}
+	return s, errors.Join(errs...)
+}
+
+// CompileScope builds the scope rules of a normalised spec.
+func (s Spec) CompileScope() (*crawl.Scope, error) {
+	sc := &crawl.Scope{
+		Hosts:        slices.Clone(s.Scope.Hosts),
+		Domains:      slices.Clone(s.Scope.AllowedDomains),
+		MaxDepth:     *s.Limits.MaxDepth,
+		MaxURLLength: s.Limits.MaxURLLength,
+	}
+	if len(sc.Hosts) == 0 && len(sc.Domains) == 0 {
+		for _, seed := range s.Seeds {
+			if u, err := crawl.Canonicalize(seed); err == nil && !slices.Contains(sc.Hosts, u.Host) {
+				sc.Hosts = append(sc.Hosts, u.Host)
+			}
+		}
+	}
+	for _, p := range s.Scope.Include {
+		re, err := regexp.Compile(p)
+		if err != nil {
+			return nil, fmt.Errorf("spec.scope.include: %w", err)
+		}
+		sc.Include = append(sc.Include, re)
+	}
+	for _, p := range s.Scope.Exclude {
+		re, err := regexp.Compile(p)
+		if err != nil {
+			return nil, fmt.Errorf("spec.scope.exclude: %w", err)
+		}
+		sc.Exclude = append(sc.Exclude, re)
+	}
+	return sc, nil
+}
+
+// ValidNodeID checks a node ID: it names a task queue and a Postgres row, so
+// it is 1..64 characters of letters, digits, '.', '_' and '-'.
+func ValidNodeID(id string) error {
+	if id == "" || len(id) > 64 {
+		return fmt.Errorf("node id must be 1..64 characters, got %q", id)
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("node id %q may hold only letters, digits, '.', '_' and '-'", id)
+		}
+	}
+	return nil
+}
+
+// ValidWeight checks a node weight for a signal or flag.
+func ValidWeight(field string, w float64) error {
+	if err := ring.ValidWeight(w); err != nil {
+		return fieldErr(field, "%v", err)
+	}
+	return nil
+}
+
+func defaultInt(v *int, def int) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+func defaultDuration(v *Duration, def time.Duration) {
+	if *v == 0 {
+		*v = Duration(def)
+	}
+}
+
+func durationIn(add func(error), field string, d Duration, lo, hi time.Duration) {
+	if d.D() < lo || d.D() > hi {
+		add(fieldErr(field, "must be between %v and %v, got %v", lo, hi, d.D()))
+	}
+}
+
+// unwrapParse drops the "parse URL ..." prefix crawl adds, since the field
+// error already quotes the URL.
+func unwrapParse(err error) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		return msg[i+2:]
+	}
+	return msg
+}

@@ -1,0 +1,82 @@
+package crawl
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// FuzzCanonicalize checks the properties dedup relies on: a canonical URL is
+// its own canonical form, is http(s) with a host, and carries no fragment.
+func FuzzCanonicalize(f *testing.F) {
+	for _, s := range []string{
+		"http://example.com/", "HTTP://EXAMPLE.COM:80/a/../b?z=1&a=2#x", "https://[::1]:443/%7e",
+		"http://bücher.example/ü", "http://a/b/./c/../../d?", "http://h/?a=1&&b", "http://%41.com/",
+		"http://1.2.3.4:0/", "https://x.org:65535/" + strings.Repeat("a/", 50),
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		u, err := Canonicalize(raw)
+		if err != nil {
+			return
+		}
+		if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			t.Fatalf("%q canonicalised to %q with scheme %q host %q", raw, u.String, u.Scheme, u.Host)
+		}
+		if strings.Contains(u.String, "#") {
+			t.Fatalf("%q kept a fragment: %q", raw, u.String)
+		}
+		again, err := Canonicalize(u.String)
+		if err != nil {
+			t.Fatalf("canonical %q of %q does not parse: %v", u.String, raw, err)
+		}
+		if again.String != u.String || again.Host != u.Host {
+			t.Fatalf("not idempotent: %q -> %q -> %q", raw, u.String, again.String)
+		}
+		if !utf8.ValidString(u.String) {
+			t.Fatalf("canonical form of %q is not UTF-8: %q", raw, u.String)
+		}
+	})
+}
+
+// FuzzResolve checks that whatever a page links to resolves to a canonical
+// URL or an error, never a panic.
+func FuzzResolve(f *testing.F) {
+	for _, s := range []string{"../x", "//h/p", "?q", "#f", "javascript:x", "http://[", "/%zz", "\\\\evil\\path", "\t/a\n b"} {
+		f.Add(s)
+	}
+	base, err := Canonicalize("http://base.example/dir/page.html?x=1")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, ref string) {
+		u, err := Resolve(base, ref)
+		if err != nil {
+			return
+		}
+		if again, err := Canonicalize(u.String); err != nil || again.String != u.String {
+			t.Fatalf("Resolve(%q) = %q, which re-canonicalises to %q (%v)", ref, u.String, again.String, err)
+		}
+	})
+}
+
+// FuzzExtractLinks feeds arbitrary bytes as HTML: no panic, the link cap
+// holds, and the title is clean text.
+func FuzzExtractLinks(f *testing.F) {
+	for _, s := range []string{
+		`<a href="/x">x</a>`, `<title>t</title><base href=/b/><a href=y>`, "<a href='\xff'>", `<iframe src=`,
+		`<meta name=robots content=nofollow>`, `<!-- <a href=/hidden> -->`, `<script>"<a href=/s>"</script>`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		p := ExtractLinks(doc, 50)
+		if len(p.Links) > 50 {
+			t.Fatalf("%d links, cap 50", len(p.Links))
+		}
+		if !utf8.ValidString(p.Title) || strings.ContainsRune(p.Title, 0) || len(p.Title) > maxTitle {
+			t.Fatalf("title %q is not clean", p.Title)
+		}
+	})
+}

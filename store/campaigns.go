@@ -1,0 +1,176 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spiderpool/spiderpool/campaign"
+)
+
+// ErrNoCampaign is returned for a campaign ID or key with no row.
+var ErrNoCampaign = errors.New("no such campaign")
+
+// CreateCampaign inserts the campaign, or finds it when a workflow under
+// the same ID runs again, and returns its key and whether it already
+// existed. The stored spec is replaced by spec.
+func (s *Store) CreateCampaign(ctx context.Context, id string, spec campaign.Spec) (key int64, existed bool, err error) {
+	doc, err := json.Marshal(spec)
+	if err != nil {
+		return 0, false, err
+	}
+	err = s.pool.QueryRow(ctx, `
+		INSERT INTO campaigns (id, spec) VALUES ($1, $2)
+		ON CONFLICT (id) DO UPDATE SET spec = EXCLUDED.spec, status = 'running', finished_at = NULL
+		RETURNING key, xmax <> 0`, id, doc).Scan(&key, &existed)
+	if err != nil {
+		return 0, false, fmt.Errorf("create campaign %s: %w", id, err)
+	}
+	return key, existed, nil
+}
+
+// CampaignSpec loads the stored, normalised spec of a campaign.
+func (s *Store) CampaignSpec(ctx context.Context, key int64) (campaign.Spec, error) {
+	var doc []byte
+	err := s.pool.QueryRow(ctx, `SELECT spec FROM campaigns WHERE key = $1`, key).Scan(&doc)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return campaign.Spec{}, fmt.Errorf("campaign %d: %w", key, ErrNoCampaign)
+	}
+	if err != nil {
+		return campaign.Spec{}, fmt.Errorf("load spec of campaign %d: %w", key, err)
+	}
+	spec, err := campaign.ParseSpec(doc)
+	if err != nil {
+		return campaign.Spec{}, fmt.Errorf("stored spec of campaign %d: %w", key, err)
+	}
+	return spec.Normalize()
+}
+
+// CampaignKey finds a campaign's key by its ID.
+func (s *Store) CampaignKey(ctx context.Context, id string) (int64, error) {
+	var key int64
+	err := s.pool.QueryRow(ctx, `SELECT key FROM campaigns WHERE id = $1`, id).Scan(&key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("campaign %s: %w", id, ErrNoCampaign)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("find campaign %s: %w", id, err)
+	}
+	return key, nil
+}
+
+// ExcludePending marks every pending URL excluded with reason: what is left
+// when a limit ends the crawl is recorded, not lost.
+func (s *Store) ExcludePending(ctx context.Context, key int64, reason string) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE frontier SET state = 'excluded', last_error = $2, finished_at = now()
+		WHERE campaign = $1 AND state = 'pending'`, key, reason)
+	if err != nil {
+		return 0, fmt.Errorf("exclude pending URLs of campaign %d: %w", key, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Summarize counts the campaign's frontier and pages.
+func (s *Store) Summarize(ctx context.Context, key int64) (campaign.Summary, error) {
+	var sum campaign.Summary
+	var finished *time.Time
+	err := s.pool.QueryRow(ctx, `SELECT id, started_at, finished_at FROM campaigns WHERE key = $1`, key).
+		Scan(&sum.CampaignID, &sum.StartedAt, &finished)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return sum, fmt.Errorf("campaign %d: %w", key, ErrNoCampaign)
+	}
+	if err != nil {
+		return sum, fmt.Errorf("summarize campaign %d: %w", key, err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT state::text, count(*) FROM frontier WHERE campaign = $1 GROUP BY state`, key)
+	if err != nil {
+		return sum, fmt.Errorf("summarize campaign %d: %w", key, err)
+	}
+	for rows.Next() {
+		var state string
+		var n int64
+		if err := rows.Scan(&state, &n); err != nil {
+			rows.Close()
+			return sum, err
+		}
+		sum.URLs += n
+		switch state {
+		case Pending:
+			sum.Pending = n
+		case Leased:
+			sum.Leased = n
+		case Fetched:
+			sum.Fetched = n
+		case Failed:
+			sum.Failed = n
+		case Excluded:
+			sum.Excluded = n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return sum, err
+	}
+	sum.PerNode = map[string]int64{}
+	rows, err = s.pool.Query(ctx, `
+		SELECT node, count(*), coalesce(sum(content_length), 0), max(fetched_at)
+		FROM pages WHERE campaign = $1 GROUP BY node ORDER BY node`, key)
+	if err != nil {
+		return sum, fmt.Errorf("summarize pages of campaign %d: %w", key, err)
+	}
+	var last time.Time
+	for rows.Next() {
+		var node string
+		var n, bytes int64
+		var at time.Time
+		if err := rows.Scan(&node, &n, &bytes, &at); err != nil {
+			rows.Close()
+			return sum, err
+		}
+		sum.PerNode[node] = n
+		sum.Pages += n
+		sum.Bytes += bytes
+		if at.After(last) {
+			last = at
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return sum, err
+	}
+	switch {
+	case finished != nil:
+		sum.FinishedAt = *finished
+	case !last.IsZero():
+		sum.FinishedAt = last
+	default:
+		sum.FinishedAt = time.Now()
+	}
+	if sum.Seconds = sum.FinishedAt.Sub(sum.StartedAt).Seconds(); sum.Seconds > 0 {
+		sum.PagesPerSecond = float64(sum.Pages) / sum.Seconds
+	}
+	return sum, nil
+}
+
+// FinishCampaign records the outcome and summary and returns the summary.
+func (s *Store) FinishCampaign(ctx context.Context, key int64, outcome string, runs int) (campaign.Summary, error) {
+	if _, err := s.pool.Exec(ctx, `UPDATE campaigns SET finished_at = now(), status = $2 WHERE key = $1`, key, outcome); err != nil {
+		return campaign.Summary{}, fmt.Errorf("finish campaign %d: %w", key, err)
+	}
+	sum, err := s.Summarize(ctx, key)
+	if err != nil {
+		return sum, err
+	}
+	sum.Outcome, sum.Runs = outcome, runs
+	doc, err := json.Marshal(sum)
+	if err != nil {
+		return sum, err
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE campaigns SET summary = $2 WHERE key = $1`, key, doc); err != nil {
+		return sum, fmt.Errorf("store summary of campaign %d: %w", key, err)
+	}
+	return sum, nil
+}

@@ -1,0 +1,447 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spiderpool/spiderpool/campaign"
+)
+
+// URL states, as in the url_state enum.
+const (
+	Pending  = "pending"
+	Leased   = "leased"
+	Fetched  = "fetched"
+	Failed   = "failed"
+	Excluded = "excluded"
+)
+
+// NewURL is a URL to add to the frontier. Adding one whose fingerprint the
+// campaign already has is a no-op: that is the dedup.
+type NewURL struct {
+	Fingerprint uint64
+	URL         string // canonical
+	FoundAs     string // as written, if different
+	ShardKey    string
+	Depth       int
+	Redirects   int
+	ParentID    int64 // 0 for seeds
+}
+
+// InsertURLs adds urls to the campaign's frontier and returns how many were
+// new.
+func (s *Store) InsertURLs(ctx context.Context, campaignKey int64, urls []NewURL) (int, error) {
+	var n int
+	err := s.retryTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		n, err = insertURLs(ctx, tx, campaignKey, urls)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("insert %d URLs for campaign %d: %w", len(urls), campaignKey, err)
+	}
+	return n, nil
+}
+
+// insertURLs inserts within tx. Rows go in fingerprint order, and hosts in
+// key order, so that concurrent batches discovering the same links take
+// their locks in one order and cannot deadlock.
+func insertURLs(ctx context.Context, tx pgx.Tx, campaignKey int64, urls []NewURL) (int, error) {
+	if len(urls) == 0 {
+		return 0, nil
+	}
+	urls = slices.Clone(urls)
+	slices.SortFunc(urls, func(a, b NewURL) int { return cmp.Compare(a.Fingerprint, b.Fingerprint) })
+	urls = slices.CompactFunc(urls, func(a, b NewURL) bool { return a.Fingerprint == b.Fingerprint })
+
+	keys := make([]string, 0, 4)
+	for _, u := range urls {
+		keys = append(keys, u.ShardKey)
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO hosts (campaign, shard_key)
+		SELECT $1, k FROM unnest($2::text[]) AS k
+		ON CONFLICT (campaign, shard_key) DO NOTHING`, campaignKey, keys); err != nil {
+		return 0, fmt.Errorf("add hosts: %w", err)
+	}
+
+	fps := make([]int64, len(urls))
+	canon := make([]string, len(urls))
+	found := make([]*string, len(urls))
+	shard := make([]string, len(urls))
+	depth := make([]int32, len(urls))
+	redirects := make([]int32, len(urls))
+	parent := make([]*int64, len(urls))
+	for i, u := range urls {
+		fps[i] = int64(u.Fingerprint)
+		canon[i] = u.URL
+		if u.FoundAs != "" && u.FoundAs != u.URL {
+			found[i] = &urls[i].FoundAs
+		}
+		shard[i] = u.ShardKey
+		depth[i] = int32(u.Depth)
+		redirects[i] = int32(u.Redirects)
+		if u.ParentID != 0 {
+			parent[i] = &urls[i].ParentID
+		}
+	}
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO frontier (campaign, fingerprint, url, found_as, host_id, shard_key, depth, redirects, parent_id)
+		SELECT $1, l.fp, l.url, l.found, h.id, l.key, l.depth, l.redirects, l.parent
+		FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[], $8::bigint[])
+		     WITH ORDINALITY AS l(fp, url, found, key, depth, redirects, parent, ord)
+		JOIN hosts h ON h.campaign = $1 AND h.shard_key = l.key
+		ORDER BY l.ord
+		ON CONFLICT (campaign, fingerprint) DO NOTHING`,
+		campaignKey, fps, canon, found, shard, depth, redirects, parent)
+	if err != nil {
+		return 0, fmt.Errorf("add URLs: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// LeaseParams shapes one lease.
+type LeaseParams struct {
+	CampaignKey int64
+	Limit       int
+	PerHost     int
+	TTL         time.Duration
+	MaxPages    int64 // 0: no cap
+}
+
+// Lease takes up to Limit due URLs, at most PerHost from any host, least
+// recently leased hosts first, skipping hosts in politeness cooldown. It
+// first returns expired leases to pending. URLs never leased before count
+// against MaxPages.
+func (s *Store) Lease(ctx context.Context, p LeaseParams) (campaign.Lease, error) {
+	var lease campaign.Lease
+	err := s.retryTx(ctx, func(tx pgx.Tx) error {
+		lease = campaign.Lease{}
+		if _, err := tx.Exec(ctx, `
+			UPDATE frontier SET state = 'pending', lease_id = NULL, lease_holder = NULL, lease_expires_at = NULL
+			WHERE campaign = $1 AND state = 'leased' AND lease_expires_at < now()`, p.CampaignKey); err != nil {
+			return fmt.Errorf("expire leases: %w", err)
+		}
+		var admitted int64
+		if err := tx.QueryRow(ctx, `SELECT admitted FROM campaigns WHERE key = $1 FOR UPDATE`, p.CampaignKey).Scan(&admitted); err != nil {
+			return fmt.Errorf("read campaign: %w", err)
+		}
+		budget := int64(-1)
+		if p.MaxPages > 0 {
+			budget = max(0, p.MaxPages-admitted)
+		}
+		if err := tx.QueryRow(ctx, `SELECT nextval('lease_ids')`).Scan(&lease.LeaseID); err != nil {
+			return fmt.Errorf("new lease id: %w", err)
+		}
+		rows, err := tx.Query(ctx, `
+			WITH h AS (
+				SELECT id FROM hosts
+				WHERE campaign = $1 AND next_allowed_at <= now()
+				ORDER BY last_leased_at NULLS FIRST, id
+			), cand AS (
+				SELECT f.id, f.first_leased_at IS NULL AS fresh, row_number() OVER () AS ord
+				FROM h CROSS JOIN LATERAL (
+					SELECT id, first_leased_at FROM frontier f
+					WHERE f.campaign = $1 AND f.host_id = h.id AND f.state = 'pending' AND f.next_attempt_at <= now()
+					ORDER BY f.depth, f.id
+					LIMIT $2
+				) f
+				LIMIT $3
+			), picked AS (
+				SELECT id, fresh FROM (
+					SELECT id, fresh, sum(fresh::int) OVER (ORDER BY ord) AS fresh_n FROM cand
+				) b
+				WHERE NOT fresh OR $4::bigint < 0 OR fresh_n <= $4::bigint
+			)
+			UPDATE frontier f
+			SET state = 'leased', lease_id = $5, lease_holder = NULL, leased_at = now(),
+			    first_leased_at = coalesce(f.first_leased_at, now()),
+			    lease_expires_at = now() + $6::bigint * interval '1 millisecond'
+			FROM picked
+			WHERE f.id = picked.id AND f.state = 'pending'
+			RETURNING f.id, f.shard_key, f.host_id, picked.fresh`,
+			p.CampaignKey, p.PerHost, p.Limit, budget, lease.LeaseID, p.TTL.Milliseconds())
+		if err != nil {
+			return fmt.Errorf("lease: %w", err)
+		}
+		byKey := map[string]int{}
+		var hostIDs []int64
+		fresh := int64(0)
+		for rows.Next() {
+			var (
+				id, hostID int64
+				key        string
+				isFresh    bool
+			)
+			if err := rows.Scan(&id, &key, &hostID, &isFresh); err != nil {
+				rows.Close()
+				return err
+			}
+			i, ok := byKey[key]
+			if !ok {
+				i = len(lease.Groups)
+				byKey[key] = i
+				lease.Groups = append(lease.Groups, campaign.LeaseGroup{ShardKey: key})
+				hostIDs = append(hostIDs, hostID)
+			}
+			lease.Groups[i].IDs = append(lease.Groups[i].IDs, id)
+			if isFresh {
+				fresh++
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("lease: %w", err)
+		}
+		// Groups and IDs in a stable order: the workflow records them.
+		slices.SortFunc(lease.Groups, func(a, b campaign.LeaseGroup) int { return cmp.Compare(a.ShardKey, b.ShardKey) })
+		for _, g := range lease.Groups {
+			slices.Sort(g.IDs)
+		}
+		if len(hostIDs) > 0 {
+			if _, err := tx.Exec(ctx, `UPDATE hosts SET last_leased_at = now() WHERE id = ANY($1)`, hostIDs); err != nil {
+				return fmt.Errorf("mark hosts leased: %w", err)
+			}
+		}
+		if fresh > 0 {
+			if _, err := tx.Exec(ctx, `UPDATE campaigns SET admitted = admitted + $2 WHERE key = $1`, p.CampaignKey, fresh); err != nil {
+				return fmt.Errorf("count admitted: %w", err)
+			}
+		}
+		lease.BudgetExhausted = budget == 0 || (budget > 0 && fresh >= budget)
+		if len(lease.Groups) > 0 {
+			return nil
+		}
+		// Nothing due: say what is left and when the next thing is due, so
+		// the workflow sleeps rather than polls.
+		var nextDue *time.Duration
+		var pendingFresh int64
+		err = tx.QueryRow(ctx, `
+			SELECT
+				count(*) FILTER (WHERE state = 'pending'),
+				count(*) FILTER (WHERE state = 'pending' AND first_leased_at IS NULL),
+				count(*) FILTER (WHERE state = 'leased'),
+				(SELECT greatest(min(t) - now(), interval '0') FROM (
+					SELECT min(next_attempt_at) AS t FROM frontier WHERE campaign = $1 AND state = 'pending'
+					UNION ALL SELECT min(lease_expires_at) FROM frontier WHERE campaign = $1 AND state = 'leased'
+					UNION ALL SELECT min(h.next_allowed_at) FROM hosts h
+						WHERE h.campaign = $1 AND h.next_allowed_at > now()
+						AND EXISTS (SELECT 1 FROM frontier f WHERE f.campaign = $1 AND f.host_id = h.id AND f.state = 'pending')
+				) t)
+			FROM frontier WHERE campaign = $1 AND state IN ('pending', 'leased')`, p.CampaignKey).
+			Scan(&lease.Pending, &pendingFresh, &lease.LeasedElsewhere, &nextDue)
+		if err != nil {
+			return fmt.Errorf("count what is left: %w", err)
+		}
+		if nextDue != nil {
+			lease.NextDue = campaign.Duration(*nextDue)
+		}
+		if budget == 0 && pendingFresh == lease.Pending {
+			lease.BudgetExhausted = true
+		}
+		return nil
+	})
+	if err != nil {
+		return campaign.Lease{}, fmt.Errorf("lease batch for campaign %d: %w", p.CampaignKey, err)
+	}
+	return lease, nil
+}
+
+// ClaimedURL is a leased URL a batch now holds.
+type ClaimedURL struct {
+	ID        int64
+	URL       string
+	ShardKey  string
+	Depth     int
+	Redirects int
+	Attempts  int
+}
+
+// Claim makes holder the owner of the listed URLs that are still leased
+// under leaseID, and returns them. Rows finished by an earlier attempt, or
+// re-leased after their lease expired, are not returned: that is how a
+// retried or rerouted batch resumes where it stopped and never refetches a
+// settled URL. A batch whose holder was replaced can no longer commit.
+func (s *Store) Claim(ctx context.Context, campaignKey, leaseID int64, ids []int64, holder, node string, ttl time.Duration) ([]ClaimedURL, error) {
+	rows, err := s.pool.Query(ctx, `
+		UPDATE frontier SET lease_holder = $4, node = $5, lease_expires_at = now() + $6::bigint * interval '1 millisecond'
+		WHERE campaign = $1 AND lease_id = $2 AND id = ANY($3) AND state = 'leased'
+		RETURNING id, url, shard_key, depth, redirects, attempts`,
+		campaignKey, leaseID, ids, holder, node, ttl.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("claim lease %d: %w", leaseID, err)
+	}
+	claimed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClaimedURL, error) {
+		var c ClaimedURL
+		err := r.Scan(&c.ID, &c.URL, &c.ShardKey, &c.Depth, &c.Redirects, &c.Attempts)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim lease %d: %w", leaseID, err)
+	}
+	slices.SortFunc(claimed, func(a, b ClaimedURL) int { return cmp.Compare(a.ID, b.ID) })
+	return claimed, nil
+}
+
+// ExtendLease pushes back the expiry of the URLs holder still holds.
+func (s *Store) ExtendLease(ctx context.Context, leaseID int64, holder string, ttl time.Duration) error {
+	_, err := s.pool.Exec(ctx, `
+		UPDATE frontier SET lease_expires_at = now() + $3::bigint * interval '1 millisecond'
+		WHERE lease_id = $1 AND lease_holder = $2 AND state = 'leased'`, leaseID, holder, ttl.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("extend lease %d: %w", leaseID, err)
+	}
+	return nil
+}
+
+// Release returns the listed URLs still leased under leaseID to pending,
+// due now. holder, when not empty, limits it to the URLs holder claimed.
+func (s *Store) Release(ctx context.Context, campaignKey, leaseID int64, ids []int64, holder string) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE frontier SET state = 'pending', lease_id = NULL, lease_holder = NULL, lease_expires_at = NULL
+		WHERE campaign = $1 AND lease_id = $2 AND id = ANY($3) AND state = 'leased'
+		  AND ($4 = '' OR lease_holder = $4)`, campaignKey, leaseID, ids, holder)
+	if err != nil {
+		return 0, fmt.Errorf("release lease %d: %w", leaseID, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// Outcome is what became of one claimed URL.
+type Outcome struct {
+	ID    int64
+	State string // Fetched, Failed, Excluded, or Pending to retry
+	// Attempted is whether a request was made (it counts as an attempt).
+	Attempted bool
+	Status    int
+	Error     string
+	// RetryIn delays the next attempt of a URL going back to Pending.
+	RetryIn time.Duration
+	// Page is the record of a Fetched URL.
+	Page *Page
+}
+
+// Page is the stored record of a fetched URL's final response.
+type Page struct {
+	Status        int
+	ContentType   string
+	ContentLength int64
+	Truncated     bool
+	Digest        string
+	Title         string
+	RedirectTo    string
+	Links         int
+	FetchedAt     time.Time
+	Duration      time.Duration
+}
+
+// CommitResult says what a commit kept.
+type CommitResult struct {
+	// Accepted are the outcome IDs recorded; the others were no longer held
+	// by this holder (the batch was rerouted or its lease expired).
+	Accepted   map[int64]bool
+	Discovered int
+}
+
+// Commit records outcomes and discovered links in one transaction. Only
+// URLs holder still holds are updated, so a batch that lost its claim
+// cannot overwrite the one that took over.
+func (s *Store) Commit(ctx context.Context, campaignKey int64, holder, node string, outcomes []Outcome, links []NewURL) (CommitResult, error) {
+	n := len(outcomes)
+	ids := make([]int64, n)
+	states := make([]string, n)
+	tried := make([]int32, n)
+	statuses := make([]*int32, n)
+	errs := make([]*string, n)
+	retryMs := make([]int64, n)
+	var (
+		pIDs, pLen, pDur                 []int64
+		pStatus, pLinks                  []int32
+		pType, pDigest, pTitle, pRedirTo []string
+		pTrunc                           []bool
+		pAt                              []time.Time
+	)
+	for i, o := range outcomes {
+		ids[i], states[i], retryMs[i] = o.ID, o.State, o.RetryIn.Milliseconds()
+		if o.Attempted {
+			tried[i] = 1
+		}
+		if o.Status != 0 {
+			statuses[i] = new(int32(o.Status))
+		}
+		if o.Error != "" {
+			errs[i] = &outcomes[i].Error
+		}
+		if p := o.Page; p != nil && o.State == Fetched {
+			pIDs = append(pIDs, o.ID)
+			pStatus = append(pStatus, int32(p.Status))
+			pType = append(pType, p.ContentType)
+			pLen = append(pLen, p.ContentLength)
+			pTrunc = append(pTrunc, p.Truncated)
+			pDigest = append(pDigest, p.Digest)
+			pTitle = append(pTitle, p.Title)
+			pRedirTo = append(pRedirTo, p.RedirectTo)
+			pLinks = append(pLinks, int32(p.Links))
+			pAt = append(pAt, p.FetchedAt)
+			pDur = append(pDur, p.Duration.Milliseconds())
+		}
+	}
+	var res CommitResult
+	err := s.retryTx(ctx, func(tx pgx.Tx) error {
+		res = CommitResult{Accepted: make(map[int64]bool, n)}
+		rows, err := tx.Query(ctx, `
+			WITH u AS (
+				UPDATE frontier f SET
+					state = r.state::url_state,
+					attempts = f.attempts + r.tried,
+					last_status = coalesce(r.status, f.last_status),
+					last_error = r.err,
+					next_attempt_at = CASE WHEN r.state = 'pending' THEN now() + r.retry_ms * interval '1 millisecond' ELSE f.next_attempt_at END,
+					finished_at = CASE WHEN r.state = 'pending' THEN NULL ELSE now() END,
+					lease_id = NULL, lease_holder = NULL, lease_expires_at = NULL
+				FROM unnest($2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[], $7::bigint[])
+				     AS r(id, state, tried, status, err, retry_ms)
+				WHERE f.id = r.id AND f.campaign = $1 AND f.lease_holder = $8 AND f.state = 'leased'
+				RETURNING f.id
+			), p AS (
+				INSERT INTO pages (url_id, campaign, status, content_type, content_length, truncated, content_digest,
+				                   title, redirect_to, links, fetched_at, duration_ms, node)
+				SELECT pg.id, $1, pg.status, nullif(pg.ctype, ''), pg.len, pg.trunc, nullif(pg.digest, ''),
+				       nullif(pg.title, ''), nullif(pg.redir, ''), pg.links, pg.at, pg.dur, $9
+				FROM unnest($10::bigint[], $11::int[], $12::text[], $13::bigint[], $14::bool[], $15::text[],
+				            $16::text[], $17::text[], $18::int[], $19::timestamptz[], $20::bigint[])
+				     AS pg(id, status, ctype, len, trunc, digest, title, redir, links, at, dur)
+				JOIN u ON u.id = pg.id
+				ON CONFLICT (url_id) DO NOTHING
+			)
+			SELECT id FROM u`,
+			campaignKey, ids, states, tried, statuses, errs, retryMs, holder, node,
+			pIDs, pStatus, pType, pLen, pTrunc, pDigest, pTitle, pRedirTo, pLinks, pAt, pDur)
+		if err != nil {
+			return fmt.Errorf("record outcomes: %w", err)
+		}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			res.Accepted[id] = true
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("record outcomes: %w", err)
+		}
+		res.Discovered, err = insertURLs(ctx, tx, campaignKey, links)
+		return err
+	})
+	if err != nil {
+		return CommitResult{}, fmt.Errorf("commit %d outcomes and %d links for campaign %d: %w", n, len(links), campaignKey, err)
+	}
+	return res, nil
+}

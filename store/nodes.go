@@ -1,0 +1,95 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spiderpool/spiderpool/campaign"
+)
+
+// Registration is what a node process says about itself.
+type Registration struct {
+	ID          string
+	Weight      float64
+	Queue       string
+	Version     string
+	Incarnation string
+	TTL         time.Duration
+}
+
+// RegisterNode upserts the node's row and marks it alive now.
+func (s *Store) RegisterNode(ctx context.Context, r Registration) error {
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO nodes (id, weight, queue, version, incarnation, ttl, started_at, heartbeat_at, stopped_at)
+		VALUES ($1, $2, $3, $4, $5, $6::bigint * interval '1 millisecond', now(), now(), NULL)
+		ON CONFLICT (id) DO UPDATE SET weight = EXCLUDED.weight, queue = EXCLUDED.queue, version = EXCLUDED.version,
+			incarnation = EXCLUDED.incarnation, ttl = EXCLUDED.ttl, started_at = now(), heartbeat_at = now(), stopped_at = NULL`,
+		r.ID, r.Weight, r.Queue, r.Version, r.Incarnation, r.TTL.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("register node %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// HeartbeatNode marks the node alive now. It fails if another process has
+// since registered under the same ID.
+func (s *Store) HeartbeatNode(ctx context.Context, id, incarnation string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE nodes SET heartbeat_at = now() WHERE id = $1 AND incarnation = $2`, id, incarnation)
+	if err != nil {
+		return fmt.Errorf("heartbeat node %s: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("heartbeat node %s: another process registered under this id", id)
+	}
+	return nil
+}
+
+// DeregisterNode marks the node stopped, so campaigns drop it at their next
+// membership refresh instead of waiting for its TTL.
+func (s *Store) DeregisterNode(ctx context.Context, id, incarnation string) error {
+	_, err := s.pool.Exec(ctx, `UPDATE nodes SET stopped_at = now() WHERE id = $1 AND incarnation = $2`, id, incarnation)
+	if err != nil {
+		return fmt.Errorf("deregister node %s: %w", id, err)
+	}
+	return nil
+}
+
+// Nodes lists registered nodes (only those in only, when given), sorted by
+// ID, with liveness judged by the database clock.
+func (s *Store) Nodes(ctx context.Context, only []string) ([]campaign.NodeInfo, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, weight, incarnation, version, stopped_at IS NULL AND heartbeat_at + ttl > now()
+		FROM nodes WHERE coalesce(cardinality($1::text[]), 0) = 0 OR id = ANY($1) ORDER BY id`, only)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (campaign.NodeInfo, error) {
+		var n campaign.NodeInfo
+		err := r.Scan(&n.ID, &n.Weight, &n.Incarnation, &n.Version, &n.Alive)
+		return n, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return nodes, nil
+}
+
+// RecordRingChanges appends to node_weight_history.
+func (s *Store) RecordRingChanges(ctx context.Context, campaignKey int64, run int, changes []campaign.RingChange) error {
+	if len(changes) == 0 {
+		return nil
+	}
+	batch := &pgx.Batch{}
+	for _, c := range changes {
+		batch.Queue(`INSERT INTO node_weight_history (campaign, node, old_weight, new_weight, old_state, new_state, reason, run)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+			campaignKey, c.Node, c.OldWeight, c.NewWeight, c.OldState, c.NewState, c.Reason, run)
+	}
+	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
+		return fmt.Errorf("record %d ring changes for campaign %d: %w", len(changes), campaignKey, err)
+	}
+	return nil
+}

@@ -1,0 +1,170 @@
+// Package store owns spiderpool's Postgres state: migrations, the frontier
+// (leases, claims, results, discovered links), pages, the node registry and
+// the ring history. Postgres is the truth; every other copy is a cache.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/spiderpool/spiderpool/schema"
+)
+
+// Store is a pool of connections to the spiderpool database.
+type Store struct {
+	pool  *pgxpool.Pool
+	where string
+}
+
+// Open connects to the database at url and checks it answers within
+// timeout. The error says which server it could not reach.
+func Open(ctx context.Context, url string, maxConns int32, timeout time.Duration) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database URL %q is not valid: %w", redact(url), err)
+	}
+	where := Where(cfg.ConnConfig.Config)
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	cfg.ConnConfig.ConnectTimeout = timeout
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach Postgres at %s: %w", where, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach Postgres at %s: %w", where, unwrapConnect(err))
+	}
+	return &Store{pool: pool, where: where}, nil
+}
+
+// Where describes a server as host:port/database, with no password.
+func Where(c pgconn.Config) string {
+	return fmt.Sprintf("%s:%d/%s (user %s)", c.Host, c.Port, c.Database, c.User)
+}
+
+// Where describes the server this store talks to.
+func (s *Store) Where() string { return s.where }
+
+// Pool exposes the pool for tests and tools that read the tables directly.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Close releases all connections.
+func (s *Store) Close() { s.pool.Close() }
+
+func redact(url string) string {
+	if i := strings.Index(url, "@"); i >= 0 {
+		if j := strings.Index(url, "://"); j >= 0 && j < i {
+			return url[:j+3] + "…" + url[i:]
+		}
+	}
+	return url
+}
+
+func unwrapConnect(err error) error {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) && ce.Unwrap() != nil {
+		return ce.Unwrap()
+	}
+	return err
+}
+
+// migrationLock serialises migrators: every node migrates at start.
+const migrationLock = 0x5350_4944_4552 // "SPIDER"
+
+// Migrate applies the embedded migrations not yet applied, each in its own
+// transaction, and returns how many it applied.
+func (s *Store) Migrate(ctx context.Context, log *slog.Logger) (int, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("migrate %s: %w", s.where, err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, migrationLock); err != nil {
+		return 0, fmt.Errorf("migrate %s: take lock: %w", s.where, err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, migrationLock) //nolint:errcheck
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return 0, fmt.Errorf("migrate %s: %w", s.where, err)
+	}
+	applied := map[int]bool{}
+	rows, err := conn.Query(ctx, `SELECT version FROM schema_migrations`)
+	if err != nil {
+		return 0, fmt.Errorf("migrate %s: %w", s.where, err)
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return 0, fmt.Errorf("migrate %s: %w", s.where, err)
+	}
+	for _, v := range versions {
+		applied[v] = true
+	}
+	files, err := fs.Glob(schema.Migrations, "migrations/*.sql")
+	if err != nil {
+		return 0, err
+	}
+	slices.Sort(files)
+	n := 0
+	for _, f := range files {
+		name := strings.TrimPrefix(f, "migrations/")
+		num, _, ok := strings.Cut(name, "_")
+		version, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return n, fmt.Errorf("migration %s: name must be NNNN_name.sql", name)
+		}
+		if applied[version] {
+			continue
+		}
+		sql, err := fs.ReadFile(schema.Migrations, f)
+		if err != nil {
+			return n, err
+		}
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, string(sql)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, version, name)
+			return err
+		})
+		if err != nil {
+			return n, fmt.Errorf("migration %s on %s: %w", name, s.where, err)
+		}
+		log.Info("applied migration", "migration", name)
+		n++
+	}
+	return n, nil
+}
+
+// retryTx runs fn in a transaction, retrying on serialization failures and
+// deadlocks, which concurrent batches can meet on shared rows.
+func (s *Store) retryTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	var err error
+	for attempt := range 5 {
+		err = pgx.BeginFunc(ctx, s.pool, fn)
+		var pe *pgconn.PgError
+		if err == nil || !errors.As(err, &pe) || (pe.Code != "40001" && pe.Code != "40P01") {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(attempt+1) * 10 * time.Millisecond):
+		}
+	}
+	return err
+}

@@ -1,0 +1,306 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/crawl"
+	"github.com/spiderpool/spiderpool/store"
+	"github.com/spiderpool/spiderpool/tests/harness"
+)
+
+func TestMain(m *testing.M) { harness.Main(m) }
+
+var ctx = context.Background()
+
+func newCampaign(t *testing.T, s *store.Store, seeds ...string) int64 {
+	t.Helper()
+	spec, err := campaign.Spec{Seeds: seeds}.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, existed, err := s.CreateCampaign(ctx, t.Name(), spec)
+	if err != nil || existed {
+		t.Fatalf("create campaign: key %d existed %v err %v", key, existed, err)
+	}
+	return key
+}
+
+func urls(t *testing.T, raw ...string) []store.NewURL {
+	t.Helper()
+	var out []store.NewURL
+	for _, r := range raw {
+		u, err := crawl.Canonicalize(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, store.NewURL{Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: r, ShardKey: u.Host})
+	}
+	return out
+}
+
+func leaseAll(t *testing.T, s *store.Store, key int64, limit, perHost int) campaign.Lease {
+	t.Helper()
+	l, err := s.Lease(ctx, store.LeaseParams{CampaignKey: key, Limit: limit, PerHost: perHost, TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func ids(l campaign.Lease) []int64 {
+	var out []int64
+	for _, g := range l.Groups {
+		out = append(out, g.IDs...)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	s := harness.OpenStore(t)
+	n, err := s.Migrate(ctx, nil)
+	if err != nil || n != 0 {
+		t.Fatalf("second migrate applied %d (%v), want 0", n, err)
+	}
+}
+
+func TestInsertDedupsByCanonicalForm(t *testing.T) {
+	s := harness.OpenStore(t)
+	key := newCampaign(t, s, "http://a.test/")
+	n, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/x", "HTTP://A.TEST:80/x#frag", "http://a.test/y", "http://b.test/"))
+	if err != nil || n != 3 {
+		t.Fatalf("inserted %d (%v), want 3", n, err)
+	}
+	n, err = s.InsertURLs(ctx, key, urls(t, "http://a.test/y", "http://a.test/z"))
+	if err != nil || n != 1 {
+		t.Fatalf("second insert added %d (%v), want 1", n, err)
+	}
+}
+
+func TestLeaseIsFairAcrossHostsAndNeverTwice(t *testing.T) {
+	s := harness.OpenStore(t)
+	key := newCampaign(t, s, "http://h0.test/")
+	var raw []string
+	for h := range 4 {
+		for p := range 10 {
+			raw = append(raw, fmt.Sprintf("http://h%d.test/%d", h, p))
+		}
+	}
+	if _, err := s.InsertURLs(ctx, key, urls(t, raw...)); err != nil {
+		t.Fatal(err)
+	}
+	l := leaseAll(t, s, key, 100, 3)
+	if len(l.Groups) != 4 || l.Size() != 12 {
+		t.Fatalf("lease took %d URLs in %d groups, want 3 from each of 4 hosts", l.Size(), len(l.Groups))
+	}
+	seen := map[int64]bool{}
+	for _, id := range ids(l) {
+		seen[id] = true
+	}
+	for range 5 {
+		l2 := leaseAll(t, s, key, 100, 3)
+		for _, id := range ids(l2) {
+			if seen[id] {
+				t.Fatalf("URL %d leased twice", id)
+			}
+			seen[id] = true
+		}
+	}
+	if len(seen) != 40 {
+		t.Fatalf("leased %d distinct URLs, want all 40", len(seen))
+	}
+	empty := leaseAll(t, s, key, 100, 3)
+	if empty.Size() != 0 || empty.Pending != 0 || empty.LeasedElsewhere != 40 {
+		t.Fatalf("empty lease = %+v, want nothing pending and 40 leased elsewhere", empty)
+	}
+}
+
+func TestClaimCommitAndLostClaim(t *testing.T) {
+	s := harness.OpenStore(t)
+	key := newCampaign(t, s, "http://a.test/")
+	if _, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/1", "http://a.test/2", "http://a.test/3")); err != nil {
+		t.Fatal(err)
+	}
+	l := leaseAll(t, s, key, 10, 10)
+	all := ids(l)
+	claimed, err := s.Claim(ctx, key, l.LeaseID, all, "n1/1/0", "n1", time.Minute)
+	if err != nil || len(claimed) != 3 {
+		t.Fatalf("claimed %d (%v)", len(claimed), err)
+	}
+	// A rerouted batch takes the claim over; the first holder's commit is
+	// then refused, so it cannot overwrite the new holder's results.
+	if _, err := s.Claim(ctx, key, l.LeaseID, all[1:], "n2/1/1", "n2", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	page := &store.Page{Status: 200, ContentType: "text/html", ContentLength: 10, FetchedAt: time.Now(), Duration: time.Millisecond}
+	res, err := s.Commit(ctx, key, "n1/1/0", "n1", []store.Outcome{
+		{ID: all[0], State: store.Fetched, Attempted: true, Status: 200, Page: page},
+		{ID: all[1], State: store.Fetched, Attempted: true, Status: 200, Page: page},
+	}, urls(t, "http://a.test/new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Accepted[all[0]] || res.Accepted[all[1]] || res.Discovered != 1 {
+		t.Fatalf("commit accepted %v discovered %d; want only %d and 1 new link", res.Accepted, res.Discovered, all[0])
+	}
+	res, err = s.Commit(ctx, key, "n2/1/1", "n2", []store.Outcome{
+		{ID: all[1], State: store.Fetched, Attempted: true, Status: 200, Page: page},
+		{ID: all[2], State: store.Pending, Attempted: true, Status: 503, Error: "HTTP 503", RetryIn: time.Hour},
+	}, nil)
+	if err != nil || len(res.Accepted) != 2 {
+		t.Fatalf("second holder's commit accepted %v (%v)", res.Accepted, err)
+	}
+	// A later claim of the same IDs finds them settled: nothing to refetch.
+	again, err := s.Claim(ctx, key, l.LeaseID, all, "n1/2/0", "n1", time.Minute)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("re-claim got %d URLs (%v), want 0", len(again), err)
+	}
+	sum, err := s.Summarize(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Fetched != 2 || sum.Pages != 2 || sum.Pending != 2 || sum.PerNode["n1"] != 1 || sum.PerNode["n2"] != 1 {
+		t.Fatalf("summary %+v", sum)
+	}
+	// The retried URL is not due for an hour: the lease says so.
+	l2 := leaseAll(t, s, key, 10, 10)
+	if l2.Size() != 1 { // only the new link
+		t.Fatalf("lease took %d, want only the new link", l2.Size())
+	}
+	if _, err := s.Release(ctx, key, l2.LeaseID, ids(l2), ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE frontier SET state = 'excluded' WHERE id = $1`, ids(l2)[0]); err != nil {
+		t.Fatal(err)
+	}
+	l3 := leaseAll(t, s, key, 10, 10)
+	if l3.Size() != 0 || l3.Pending != 1 || l3.LeasedElsewhere != 0 || l3.NextDue.D() < 50*time.Minute {
+		t.Fatalf("lease = %+v, want one pending URL due in about an hour", l3)
+	}
+}
+
+func TestExpiredLeaseReturnsToPending(t *testing.T) {
+	s := harness.OpenStore(t)
+	key := newCampaign(t, s, "http://a.test/")
+	if _, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/1")); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Lease(ctx, store.LeaseParams{CampaignKey: key, Limit: 10, PerHost: 10, TTL: time.Millisecond})
+	if err != nil || l.Size() != 1 {
+		t.Fatalf("lease %+v %v", l, err)
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE frontier SET lease_expires_at = now() - interval '1 second'`); err != nil {
+		t.Fatal(err)
+	}
+	l2 := leaseAll(t, s, key, 10, 10)
+	if l2.Size() != 1 || l2.LeaseID == l.LeaseID {
+		t.Fatalf("expired URL not re-leased: %+v", l2)
+	}
+	// The first lease's batch can no longer claim it.
+	if c, err := s.Claim(ctx, key, l.LeaseID, ids(l), "old", "n", time.Minute); err != nil || len(c) != 0 {
+		t.Fatalf("stale lease claimed %d (%v)", len(c), err)
+	}
+}
+
+func TestMaxPagesBudget(t *testing.T) {
+	s := harness.OpenStore(t)
+	key := newCampaign(t, s, "http://a.test/")
+	var raw []string
+	for i := range 10 {
+		raw = append(raw, fmt.Sprintf("http://a.test/%d", i))
+	}
+	if _, err := s.InsertURLs(ctx, key, urls(t, raw...)); err != nil {
+		t.Fatal(err)
+	}
+	p := store.LeaseParams{CampaignKey: key, Limit: 4, PerHost: 10, TTL: time.Minute, MaxPages: 6}
+	l1, _ := s.Lease(ctx, p)
+	l2, _ := s.Lease(ctx, p)
+	l3, err := s.Lease(ctx, p)
+	if err != nil || l1.Size() != 4 || l2.Size() != 2 || l3.Size() != 0 || !l3.BudgetExhausted {
+		t.Fatalf("leases of %d, %d, %d (exhausted %v, %v); want 4, 2, 0 and exhausted", l1.Size(), l2.Size(), l3.Size(), l3.BudgetExhausted, err)
+	}
+	// A URL that goes back to pending for a retry is not charged again.
+	if _, err := s.Release(ctx, key, l1.LeaseID, ids(l1), ""); err != nil {
+		t.Fatal(err)
+	}
+	if l4, _ := s.Lease(ctx, p); l4.Size() != 4 {
+		t.Fatalf("released URLs re-leased %d, want 4", l4.Size())
+	}
+	n, err := s.ExcludePending(ctx, key, "limits.max_pages reached")
+	if err != nil || n != 4 {
+		t.Fatalf("excluded %d (%v), want the 4 never admitted", n, err)
+	}
+}
+
+// TestConcurrentCommitsSameLinks has many batches discover the same links at
+// once: each link is inserted once, and no transaction deadlocks.
+func TestConcurrentCommitsSameLinks(t *testing.T) {
+	s := harness.OpenStore(t)
+	key := newCampaign(t, s, "http://a.test/")
+	var raw []string
+	for i := range 300 {
+		raw = append(raw, fmt.Sprintf("http://h%d.test/p%d", i%7, i))
+	}
+	links := urls(t, raw...)
+	var wg sync.WaitGroup
+	total := make([]int, 8)
+	errs := make([]error, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := slices.Clone(links)
+			// Each worker submits the links in a different order.
+			for i := range mine {
+				j := (i*(w+3) + w) % len(mine)
+				mine[i], mine[j] = mine[j], mine[i]
+			}
+			res, err := s.Commit(ctx, key, fmt.Sprintf("w%d", w), "n", nil, mine)
+			total[w], errs[w] = res.Discovered, err
+		}()
+	}
+	wg.Wait()
+	sum := 0
+	for w := range 8 {
+		if errs[w] != nil {
+			t.Fatalf("worker %d: %v", w, errs[w])
+		}
+		sum += total[w]
+	}
+	if sum != 300 {
+		t.Fatalf("links inserted %d times in all, want exactly 300", sum)
+	}
+}
+
+func TestNodeRegistry(t *testing.T) {
+	s := harness.OpenStore(t)
+	reg := store.Registration{ID: "n1", Weight: 2, Queue: campaign.NodeQueue("n1"), Incarnation: "a", TTL: time.Hour}
+	if err := s.RegisterNode(ctx, reg); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RegisterNode(ctx, store.Registration{ID: "n2", Weight: 1, Queue: "q", Incarnation: "b", TTL: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE nodes SET heartbeat_at = now() - interval '1 minute' WHERE id = 'n2'`); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := s.Nodes(ctx, nil)
+	if err != nil || len(nodes) != 2 || !nodes[0].Alive || nodes[1].Alive || nodes[0].Weight != 2 {
+		t.Fatalf("nodes = %+v (%v); want n1 alive with weight 2, n2 dead", nodes, err)
+	}
+	if err := s.HeartbeatNode(ctx, "n1", "someone-else"); err == nil {
+		t.Fatal("heartbeat with a stale incarnation succeeded")
+	}
+	if err := s.DeregisterNode(ctx, "n1", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if nodes, _ := s.Nodes(ctx, []string{"n1"}); len(nodes) != 1 || nodes[0].Alive {
+		t.Fatalf("deregistered node = %+v, want not alive", nodes)
+	}
+}
