@@ -113,8 +113,11 @@ type FetchBatchRequest struct {
 	LeaseID     int64   `json:"lease_id"`
 	Node        string  `json:"node"`
 	IDs         []int64 `json:"ids"`
-	// Route counts how many times this batch moved to another node.
-	Route int `json:"route"`
+	// Route counts how many times this batch moved to another node, and
+	// Attempt how many times it was retried on this one; together they make
+	// each scheduling's claim its own.
+	Route   int `json:"route"`
+	Attempt int `json:"attempt"`
 }
 
 // BatchResult is what a fetch batch did: counts only, never pages.
@@ -128,9 +131,9 @@ type BatchResult struct {
 	// Skipped counts IDs this batch no longer held (finished by an earlier
 	// attempt, or re-leased after expiry).
 	Skipped int `json:"skipped"`
-	// Unfinished are IDs handed back because the node is stopping; the
-	// workflow routes them elsewhere.
-	Unfinished []int64 `json:"unfinished,omitempty"`
+	// Released counts URLs handed back to pending unfetched because the
+	// node is stopping.
+	Released int `json:"released"`
 }
 
 // Done is the number of URLs the batch settled.
@@ -145,6 +148,7 @@ func (r *BatchResult) Add(o BatchResult) {
 	r.Discovered += o.Discovered
 	r.Bytes += o.Bytes
 	r.Skipped += o.Skipped
+	r.Released += o.Released
 }
 
 // ReleaseRequest returns still-leased URLs of a batch to pending.
@@ -205,6 +209,8 @@ type FinishRequest struct {
 	// ExcludeRest marks still-pending URLs excluded (with this reason) when
 	// a limit ended the crawl.
 	ExcludeRest string `json:"exclude_rest,omitempty"`
+	// Runs is how many workflow runs the campaign took.
+	Runs int `json:"runs"`
 }
 
 // Outcomes.
@@ -285,12 +291,12 @@ type RingMember struct {
 
 // Carry is the state a run hands to its continuation.
 type Carry struct {
-	CampaignKey int64        `json:"campaign_key"`
-	Run         int          `json:"run"`
-	Counters    Counters     `json:"counters"`
+	CampaignKey int64         `json:"campaign_key"`
+	Run         int           `json:"run"`
+	Counters    Counters      `json:"counters"`
 	Nodes       []CarriedNode `json:"nodes"`
-	Paused      bool         `json:"paused"`
-	Rejected    []string     `json:"rejected,omitempty"`
+	Paused      bool          `json:"paused"`
+	Rejected    []string      `json:"rejected,omitempty"`
 }
 
 // CarriedNode is a node's campaign state across continue-as-new.
@@ -298,9 +304,10 @@ type CarriedNode struct {
 	ID          string   `json:"id"`
 	Weight      float64  `json:"weight"`
 	Override    *float64 `json:"override,omitempty"`
-	State       string   `json:"state"`
+	Drain       bool     `json:"drain,omitempty"`
+	Health      string   `json:"health"`
 	Incarnation string   `json:"incarnation"`
-	SuspectRuns int      `json:"suspect_refreshes,omitempty"`
+	SuspectFor  int      `json:"suspect_for,omitempty"`
 	BatchesSent int64    `json:"batches_sent"`
 	Fetched     int64    `json:"fetched"`
 	Failed      int64    `json:"failed"`

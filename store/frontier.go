@@ -31,6 +31,9 @@ type NewURL struct {
 	Depth       int
 	Redirects   int
 	ParentID    int64 // 0 for seeds
+	// ExcludedBecause, when set, records the URL as excluded with this
+	// reason instead of queueing it (a redirect chain past its cap).
+	ExcludedBecause string
 }
 
 // InsertURLs adds urls to the campaign's frontier and returns how many were
@@ -79,7 +82,11 @@ func insertURLs(ctx context.Context, tx pgx.Tx, campaignKey int64, urls []NewURL
 	depth := make([]int32, len(urls))
 	redirects := make([]int32, len(urls))
 	parent := make([]*int64, len(urls))
+	excluded := make([]*string, len(urls))
 	for i, u := range urls {
+		if u.ExcludedBecause != "" {
+			excluded[i] = &urls[i].ExcludedBecause
+		}
 		fps[i] = int64(u.Fingerprint)
 		canon[i] = u.URL
 		if u.FoundAs != "" && u.FoundAs != u.URL {
@@ -93,14 +100,17 @@ func insertURLs(ctx context.Context, tx pgx.Tx, campaignKey int64, urls []NewURL
 		}
 	}
 	tag, err := tx.Exec(ctx, `
-		INSERT INTO frontier (campaign, fingerprint, url, found_as, host_id, shard_key, depth, redirects, parent_id)
-		SELECT $1, l.fp, l.url, l.found, h.id, l.key, l.depth, l.redirects, l.parent
-		FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[], $8::bigint[])
-		     WITH ORDINALITY AS l(fp, url, found, key, depth, redirects, parent, ord)
+		INSERT INTO frontier (campaign, fingerprint, url, found_as, host_id, shard_key, depth, redirects, parent_id,
+		                      state, last_error, finished_at)
+		SELECT $1, l.fp, l.url, l.found, h.id, l.key, l.depth, l.redirects, l.parent,
+		       CASE WHEN l.excluded IS NULL THEN 'pending' ELSE 'excluded' END::url_state, l.excluded,
+		       CASE WHEN l.excluded IS NOT NULL THEN now() END
+		FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[], $8::bigint[], $9::text[])
+		     WITH ORDINALITY AS l(fp, url, found, key, depth, redirects, parent, excluded, ord)
 		JOIN hosts h ON h.campaign = $1 AND h.shard_key = l.key
 		ORDER BY l.ord
 		ON CONFLICT (campaign, fingerprint) DO NOTHING`,
-		campaignKey, fps, canon, found, shard, depth, redirects, parent)
+		campaignKey, fps, canon, found, shard, depth, redirects, parent, excluded)
 	if err != nil {
 		return 0, fmt.Errorf("add URLs: %w", err)
 	}
@@ -129,8 +139,11 @@ func (s *Store) Lease(ctx context.Context, p LeaseParams) (campaign.Lease, error
 			WHERE campaign = $1 AND state = 'leased' AND lease_expires_at < now()`, p.CampaignKey); err != nil {
 			return fmt.Errorf("expire leases: %w", err)
 		}
+		// NO KEY UPDATE, not UPDATE: the foreign-key checks of concurrent
+		// link inserts take KEY SHARE on this row, and must not queue
+		// behind the lease.
 		var admitted int64
-		if err := tx.QueryRow(ctx, `SELECT admitted FROM campaigns WHERE key = $1 FOR UPDATE`, p.CampaignKey).Scan(&admitted); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT admitted FROM campaigns WHERE key = $1 FOR NO KEY UPDATE`, p.CampaignKey).Scan(&admitted); err != nil {
 			return fmt.Errorf("read campaign: %w", err)
 		}
 		budget := int64(-1)
@@ -349,10 +362,25 @@ type CommitResult struct {
 	Discovered int
 }
 
-// Commit records outcomes and discovered links in one transaction. Only
-// URLs holder still holds are updated, so a batch that lost its claim
-// cannot overwrite the one that took over.
+// Commit records discovered links, then outcomes and page records. Links
+// go first, in a transaction of their own: if the process dies between the
+// two, the pages are fetched again (at-least-once) and their links deduped,
+// so nothing is lost. One transaction for both would deadlock: a link
+// insert waits on the concurrent update of the row with its fingerprint,
+// and that update's transaction on another insert. Only URLs holder still
+// holds are updated, so a batch that lost its claim cannot overwrite the
+// one that took over.
 func (s *Store) Commit(ctx context.Context, campaignKey int64, holder, node string, outcomes []Outcome, links []NewURL) (CommitResult, error) {
+	discovered, err := s.InsertURLs(ctx, campaignKey, links)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	res, err := s.recordOutcomes(ctx, campaignKey, holder, node, outcomes)
+	res.Discovered = discovered
+	return res, err
+}
+
+func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, node string, outcomes []Outcome) (CommitResult, error) {
 	n := len(outcomes)
 	ids := make([]int64, n)
 	states := make([]string, n)
@@ -434,14 +462,10 @@ func (s *Store) Commit(ctx context.Context, campaignKey int64, holder, node stri
 			}
 			res.Accepted[id] = true
 		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("record outcomes: %w", err)
-		}
-		res.Discovered, err = insertURLs(ctx, tx, campaignKey, links)
-		return err
+		return rows.Err()
 	})
 	if err != nil {
-		return CommitResult{}, fmt.Errorf("commit %d outcomes and %d links for campaign %d: %w", n, len(links), campaignKey, err)
+		return CommitResult{}, fmt.Errorf("record %d outcomes for campaign %d: %w", n, campaignKey, err)
 	}
 	return res, nil
 }

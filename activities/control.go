@@ -1,0 +1,109 @@
+// Package activities holds every side effect of a campaign: the control
+// activities the workflow runs on the control queue (set-up, leasing,
+// membership, ring history, finish) and the fetch batches each node runs on
+// its own queue. Workflow code only decides; this package does.
+package activities
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/crawl"
+	"github.com/spiderpool/spiderpool/store"
+)
+
+// Control runs the campaign workflow's control activities.
+type Control struct {
+	Store *store.Store
+	Log   *slog.Logger
+}
+
+// Register names each activity as in package campaign.
+func (c *Control) Register(r interface {
+	RegisterActivityWithOptions(any, activity.RegisterOptions)
+}) {
+	r.RegisterActivityWithOptions(c.StartCampaign, activity.RegisterOptions{Name: campaign.StartCampaignActivity})
+	r.RegisterActivityWithOptions(c.LeaseBatch, activity.RegisterOptions{Name: campaign.LeaseBatchActivity})
+	r.RegisterActivityWithOptions(c.ReleaseBatch, activity.RegisterOptions{Name: campaign.ReleaseBatchActivity})
+	r.RegisterActivityWithOptions(c.RefreshMembership, activity.RegisterOptions{Name: campaign.RefreshMembershipActivity})
+	r.RegisterActivityWithOptions(c.RecordRingChanges, activity.RegisterOptions{Name: campaign.RecordRingChangesActivity})
+	r.RegisterActivityWithOptions(c.FinishCampaign, activity.RegisterOptions{Name: campaign.FinishCampaignActivity})
+}
+
+// StartCampaign creates the campaign row (or finds it, for a campaign
+// started again under the same ID) and inserts its seeds.
+func (c *Control) StartCampaign(ctx context.Context, req campaign.StartRequest) (campaign.StartResult, error) {
+	spec, err := req.Spec.Normalize()
+	if err != nil {
+		return campaign.StartResult{}, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidSpec", err)
+	}
+	key, existed, err := c.Store.CreateCampaign(ctx, req.CampaignID, spec)
+	if err != nil {
+		return campaign.StartResult{}, err
+	}
+	seeds := make([]store.NewURL, 0, len(spec.Seeds))
+	for _, raw := range spec.Seeds {
+		u, err := crawl.Canonicalize(raw)
+		if err != nil {
+			return campaign.StartResult{}, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidSpec", err)
+		}
+		seeds = append(seeds, store.NewURL{
+			Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: raw,
+			ShardKey: crawl.ShardKey(u, crawl.ShardBy(spec.Scope.ShardBy)),
+		})
+	}
+	n, err := c.Store.InsertURLs(ctx, key, seeds)
+	if err != nil {
+		return campaign.StartResult{}, err
+	}
+	c.Log.Info("campaign started", "campaign", req.CampaignID, "seeds", len(seeds), "new_seeds", n, "resumed", existed)
+	return campaign.StartResult{CampaignKey: key, SeedsInserted: n, Resumed: existed}, nil
+}
+
+// LeaseBatch leases due URLs for the workflow to route.
+func (c *Control) LeaseBatch(ctx context.Context, req campaign.LeaseRequest) (campaign.Lease, error) {
+	return c.Store.Lease(ctx, store.LeaseParams{
+		CampaignKey: req.CampaignKey, Limit: req.Limit, PerHost: req.PerHost, TTL: req.TTL.D(), MaxPages: req.MaxPages,
+	})
+}
+
+// ReleaseBatch returns a batch's still-leased URLs to pending, for a batch
+// the workflow gave up on.
+func (c *Control) ReleaseBatch(ctx context.Context, req campaign.ReleaseRequest) (int, error) {
+	return c.Store.Release(ctx, req.CampaignKey, req.LeaseID, req.IDs, "")
+}
+
+// RefreshMembership reads the node registry.
+func (c *Control) RefreshMembership(ctx context.Context, req campaign.MembershipRequest) ([]campaign.NodeInfo, error) {
+	return c.Store.Nodes(ctx, req.Only)
+}
+
+// RecordRingChanges appends ring changes to node_weight_history.
+func (c *Control) RecordRingChanges(ctx context.Context, req campaign.RecordRingChangesRequest) error {
+	return c.Store.RecordRingChanges(ctx, req.CampaignKey, req.Run, req.Changes)
+}
+
+// FinishCampaign records the outcome and returns the summary from Postgres.
+func (c *Control) FinishCampaign(ctx context.Context, req campaign.FinishRequest) (campaign.Summary, error) {
+	if req.ExcludeRest != "" {
+		n, err := c.Store.ExcludePending(ctx, req.CampaignKey, req.ExcludeRest)
+		if err != nil {
+			return campaign.Summary{}, err
+		}
+		if n > 0 {
+			c.Log.Info("excluded URLs left pending", "campaign_key", req.CampaignKey, "urls", n, "reason", req.ExcludeRest)
+		}
+	}
+	sum, err := c.Store.FinishCampaign(ctx, req.CampaignKey, req.Outcome, req.Runs)
+	if err != nil {
+		return sum, fmt.Errorf("finish campaign: %w", err)
+	}
+	c.Log.Info("campaign finished", "campaign", sum.CampaignID, "outcome", sum.Outcome, "fetched", sum.Fetched,
+		"failed", sum.Failed, "excluded", sum.Excluded, "pages_per_second", fmt.Sprintf("%.1f", sum.PagesPerSecond))
+	return sum, nil
+}

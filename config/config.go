@@ -1,0 +1,226 @@
+// Package config is spiderpool's one typed configuration: defaults, then
+// environment variables, then flags, validated in one place.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/spiderpool/spiderpool/campaign"
+)
+
+// Config is everything a spiderpool process needs to know.
+type Config struct {
+	// DatabaseURL is the Postgres connection string.
+	DatabaseURL string
+	// TemporalAddress is the Temporal frontend host:port.
+	TemporalAddress string
+	// Namespace is the Temporal namespace.
+	Namespace string
+	// ControlQueue is where campaign workflows and control activities run.
+	ControlQueue string
+	// ConnectTimeout bounds reaching Postgres and Temporal at start, so a
+	// missing server fails fast with a message naming it.
+	ConnectTimeout time.Duration
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+	// LogFormat is text or json.
+	LogFormat string
+
+	Node Node
+
+	// From says where DatabaseURL and TemporalAddress came from.
+	From Source
+}
+
+// Node configures a worker process.
+type Node struct {
+	// ID names the node and its task queue spiderpool.node.<ID>.
+	ID string
+	// Weight is the node's share of shard keys, relative to the others.
+	Weight float64
+	// FetchConcurrency caps simultaneous HTTP requests on this node.
+	FetchConcurrency int
+	// MaxBatches caps fetch batches running at once on this node.
+	MaxBatches int
+	// HeartbeatInterval is how often the node renews its registry row.
+	HeartbeatInterval time.Duration
+	// TTL: a node whose registry heartbeat is older is dead.
+	TTL time.Duration
+	// DBConns caps the node's Postgres connections.
+	DBConns int
+}
+
+// Default is the configuration with nothing set: it matches `spiderpool
+// dev`, whose Postgres listens on 127.0.0.1:55432 and Temporal on 7233.
+func Default() Config {
+	return Config{
+		DatabaseURL:     "postgres://spiderpool@127.0.0.1:55432/spiderpool?sslmode=disable",
+		TemporalAddress: "127.0.0.1:7233",
+		Namespace:       "default",
+		ControlQueue:    campaign.DefaultControlQueue,
+		ConnectTimeout:  5 * time.Second,
+		LogLevel:        "info",
+		LogFormat:       "text",
+		Node: Node{
+			Weight:            1,
+			FetchConcurrency:  128,
+			MaxBatches:        32,
+			HeartbeatInterval: 3 * time.Second,
+			TTL:               15 * time.Second,
+			DBConns:           16,
+		},
+	}
+}
+
+// Source says where a setting came from ("default", "--flag" or the
+// environment variable), for messages like "cannot reach Postgres at ...
+// (from DATABASE_URL)".
+type Source struct {
+	DatabaseURL     string
+	TemporalAddress string
+}
+
+// Env names. DATABASE_URL and TEMPORAL_ADDRESS are the names other tools
+// use; the rest are prefixed.
+const (
+	EnvDatabaseURL     = "DATABASE_URL"
+	EnvTemporalAddress = "TEMPORAL_ADDRESS"
+	EnvNamespace       = "TEMPORAL_NAMESPACE"
+	EnvControlQueue    = "SPIDERPOOL_CONTROL_QUEUE"
+	EnvLogLevel        = "SPIDERPOOL_LOG_LEVEL"
+	EnvLogFormat       = "SPIDERPOOL_LOG_FORMAT"
+	EnvNodeID          = "SPIDERPOOL_NODE_ID"
+	EnvNodeWeight      = "SPIDERPOOL_NODE_WEIGHT"
+)
+
+// Flags binds the shared settings to fs; values start from env over
+// defaults, so a flag given wins over both.
+func (c *Config) Flags(fs *pflag.FlagSet) {
+	c.applyEnv()
+	src := &c.From
+	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "Postgres URL (env "+EnvDatabaseURL+")")
+	fs.StringVar(&c.TemporalAddress, "temporal-address", c.TemporalAddress, "Temporal frontend host:port (env "+EnvTemporalAddress+")")
+	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "Temporal namespace (env "+EnvNamespace+")")
+	fs.StringVar(&c.ControlQueue, "control-queue", c.ControlQueue, "task queue of campaign workflows (env "+EnvControlQueue+")")
+	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", c.ConnectTimeout, "how long to try reaching Postgres and Temporal")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error (env "+EnvLogLevel+")")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json (env "+EnvLogFormat+")")
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Name == "database-url" {
+			f.Value = &sourced{Value: f.Value, src: &src.DatabaseURL}
+		}
+		if f.Name == "temporal-address" {
+			f.Value = &sourced{Value: f.Value, src: &src.TemporalAddress}
+		}
+	})
+}
+
+// NodeFlags binds the worker settings.
+func (c *Config) NodeFlags(fs *pflag.FlagSet) {
+	n := &c.Node
+	if v := os.Getenv(EnvNodeID); v != "" {
+		n.ID = v
+	}
+	if v, err := strconv.ParseFloat(os.Getenv(EnvNodeWeight), 64); err == nil {
+		n.Weight = v
+	}
+	fs.StringVar(&n.ID, "node", n.ID, "node ID; its task queue is spiderpool.node.<ID> (env "+EnvNodeID+")")
+	fs.Float64Var(&n.Weight, "weight", n.Weight, "share of hosts relative to other nodes; 0 takes none (env "+EnvNodeWeight+")")
+	fs.IntVar(&n.FetchConcurrency, "fetch-concurrency", n.FetchConcurrency, "simultaneous HTTP requests on this node")
+	fs.IntVar(&n.MaxBatches, "max-batches", n.MaxBatches, "fetch batches running at once on this node")
+	fs.DurationVar(&n.TTL, "ttl", n.TTL, "registry heartbeat age past which campaigns treat this node as dead")
+	fs.IntVar(&n.DBConns, "db-conns", n.DBConns, "Postgres connections of this node")
+}
+
+func (c *Config) applyEnv() {
+	src := &c.From
+	*src = Source{DatabaseURL: "default", TemporalAddress: "default"}
+	if v := os.Getenv(EnvDatabaseURL); v != "" {
+		c.DatabaseURL, src.DatabaseURL = v, EnvDatabaseURL
+	}
+	if v := os.Getenv(EnvTemporalAddress); v != "" {
+		c.TemporalAddress, src.TemporalAddress = v, EnvTemporalAddress
+	}
+	if v := os.Getenv(EnvNamespace); v != "" {
+		c.Namespace = v
+	}
+	if v := os.Getenv(EnvControlQueue); v != "" {
+		c.ControlQueue = v
+	}
+	if v := os.Getenv(EnvLogLevel); v != "" {
+		c.LogLevel = v
+	}
+	if v := os.Getenv(EnvLogFormat); v != "" {
+		c.LogFormat = v
+	}
+}
+
+// sourced records that a flag was set on the command line.
+type sourced struct {
+	pflag.Value
+	src *string
+}
+
+func (s *sourced) Set(v string) error {
+	*s.src = "--flag"
+	return s.Value.Set(v)
+}
+
+// Validate checks the shared settings.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.DatabaseURL == "" {
+		errs = append(errs, errors.New("database URL is empty (set --database-url or "+EnvDatabaseURL+")"))
+	}
+	if c.TemporalAddress == "" {
+		errs = append(errs, errors.New("temporal address is empty (set --temporal-address or "+EnvTemporalAddress+")"))
+	}
+	if c.ControlQueue == "" {
+		errs = append(errs, errors.New("control queue is empty"))
+	}
+	if c.ConnectTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("connect timeout must be > 0, got %v", c.ConnectTimeout))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log level must be debug, info, warn or error, got %q", c.LogLevel))
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("log format must be text or json, got %q", c.LogFormat))
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateNode checks the worker settings.
+func (c *Config) ValidateNode() error {
+	n := c.Node
+	var errs []error
+	if err := campaign.ValidNodeID(n.ID); err != nil {
+		errs = append(errs, fmt.Errorf("--node: %w", err))
+	}
+	if err := campaign.ValidWeight("--weight", n.Weight); err != nil {
+		errs = append(errs, err)
+	}
+	if n.FetchConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("--fetch-concurrency must be >= 1, got %d", n.FetchConcurrency))
+	}
+	if n.MaxBatches < 1 {
+		errs = append(errs, fmt.Errorf("--max-batches must be >= 1, got %d", n.MaxBatches))
+	}
+	if n.TTL < 2*n.HeartbeatInterval {
+		errs = append(errs, fmt.Errorf("--ttl must be at least twice the heartbeat interval %v, got %v", n.HeartbeatInterval, n.TTL))
+	}
+	if n.DBConns < 2 {
+		errs = append(errs, fmt.Errorf("--db-conns must be >= 2, got %d", n.DBConns))
+	}
+	return errors.Join(errs...)
+}

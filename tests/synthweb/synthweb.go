@@ -1,0 +1,306 @@
+// Package synthweb serves a deterministic synthetic web on loopback: many
+// hosts (one listener each on 127.0.0.1), a fixed link graph in which every
+// page is reachable from the first host's root, configurable latency and
+// failures, and an access log that counts every request. The log is the
+// ground truth for "every page fetched exactly once".
+package synthweb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Config shapes a synthetic web. The link graph depends only on Seed,
+// Hosts, Pages and LinksPerPage; ports differ from run to run.
+type Config struct {
+	Hosts        int   // number of hosts, each its own 127.0.0.1 port
+	Pages        int   // pages in all, spread evenly over the hosts
+	LinksPerPage int   // extra links per page beyond the tree that makes all reachable
+	Seed         int64 // picks the extra links and which pages fail
+	// CrossHostFraction of the extra links go to other hosts.
+	CrossHostFraction float64
+	// Latency delays every response.
+	Latency time.Duration
+	// TransientFraction of pages answer 503 to their first
+	// TransientAttempts requests, then 200.
+	TransientFraction float64
+	TransientAttempts int
+	// DeadLinkFraction of pages also link to a page that answers 404.
+	DeadLinkFraction float64
+	// PageBytes pads each page body to about this size.
+	PageBytes int
+}
+
+// Web is a running synthetic web.
+type Web struct {
+	cfg     Config
+	hosts   []string // host:port, index = host number
+	servers []*http.Server
+	perHost []int // pages on each host
+
+	mu       sync.Mutex
+	hits     map[string]int         // "host:port/path" -> requests
+	times    map[string][]time.Time // host:port -> request arrival times
+	failures map[string]int         // transient failures served per page
+}
+
+// Start serves cfg on loopback.
+func Start(cfg Config) (*Web, error) {
+	if cfg.Hosts < 1 || cfg.Pages < cfg.Hosts {
+		return nil, fmt.Errorf("synthweb: need at least one page per host, got %d pages over %d hosts", cfg.Pages, cfg.Hosts)
+	}
+	w := &Web{cfg: cfg, hits: map[string]int{}, times: map[string][]time.Time{}, failures: map[string]int{}}
+	for h := range cfg.Hosts {
+		w.perHost = append(w.perHost, cfg.Pages/cfg.Hosts+boolInt(h < cfg.Pages%cfg.Hosts))
+	}
+	for h := range cfg.Hosts {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			w.Close()
+			return nil, fmt.Errorf("synthweb: listen: %w", err)
+		}
+		w.hosts = append(w.hosts, l.Addr().String())
+		srv := &http.Server{Handler: w.handler(h), ReadHeaderTimeout: 10 * time.Second}
+		w.servers = append(w.servers, srv)
+		go srv.Serve(l) //nolint:errcheck // ends with Close
+	}
+	return w, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Close stops every host.
+func (w *Web) Close() {
+	for _, s := range w.servers {
+		_ = s.Shutdown(context.Background())
+	}
+}
+
+// Hosts returns host:port of every host.
+func (w *Web) Hosts() []string { return slices.Clone(w.hosts) }
+
+// Seed is the root of host 0, from which every page is reachable.
+func (w *Web) Seed() string { return "http://" + w.hosts[0] + "/" }
+
+// URL is the canonical URL of page i on host h.
+func (w *Web) URL(h, i int) string { return "http://" + w.hosts[h] + pagePath(i) }
+
+func pagePath(i int) string {
+	if i == 0 {
+		return "/"
+	}
+	return "/p/" + strconv.Itoa(i) + ".html"
+}
+
+// Pages lists every page URL: the set a complete crawl fetches.
+func (w *Web) Pages() []string {
+	var out []string
+	for h, n := range w.perHost {
+		for i := range n {
+			out = append(out, w.URL(h, i))
+		}
+	}
+	return out
+}
+
+// ExpectedHits is how many requests a crawl that fetches url exactly once
+// makes: one, plus the 503s a transient page answers first.
+func (w *Web) ExpectedHits(url string) int {
+	for h, host := range w.hosts {
+		if rest, ok := strings.CutPrefix(url, "http://"+host); ok {
+			if i, err := pageIndex(rest); err == nil && i < w.perHost[h] && w.isTransient(h, i) {
+				return 1 + w.cfg.TransientAttempts
+			}
+			return 1
+		}
+	}
+	return 1
+}
+
+// DeadLinks lists the URLs pages link to that answer 404.
+func (w *Web) DeadLinks() []string {
+	var out []string
+	for h, n := range w.perHost {
+		for i := range n {
+			if w.hasDeadLink(h, i) {
+				out = append(out, "http://"+w.hosts[h]+deadPath(i))
+			}
+		}
+	}
+	return out
+}
+
+func deadPath(i int) string { return "/missing/" + strconv.Itoa(i) + ".html" }
+
+// Hits returns how many requests each URL got (as http://host:port/path).
+func (w *Web) Hits() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]int, len(w.hits))
+	for k, v := range w.hits {
+		out["http://"+k] = v
+	}
+	return out
+}
+
+// Requests is the total number of requests served.
+func (w *Web) Requests() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, v := range w.hits {
+		n += v
+	}
+	return n
+}
+
+// Times returns the arrival times of requests to host (host:port).
+func (w *Web) Times(host string) []time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.times[host])
+}
+
+// roll is a deterministic uniform [0,1) draw for (purpose, host, page).
+func (w *Web) roll(purpose string, h, i int) float64 {
+	f := fnv.New64a()
+	fmt.Fprintf(f, "%d/%s/%d/%d", w.cfg.Seed, purpose, h, i)
+	return float64(f.Sum64()>>11) / (1 << 53)
+}
+
+func (w *Web) isTransient(h, i int) bool {
+	return w.cfg.TransientFraction > 0 && w.roll("transient", h, i) < w.cfg.TransientFraction
+}
+
+func (w *Web) hasDeadLink(h, i int) bool {
+	return w.cfg.DeadLinkFraction > 0 && w.roll("dead", h, i) < w.cfg.DeadLinkFraction
+}
+
+// links returns page (h,i)'s outgoing links as written in its HTML: a
+// mix of relative, absolute and fragment forms of canonical targets, so
+// that a crawler's canonicalisation is exercised.
+func (w *Web) links(h, i int) []string {
+	var out []string
+	self := w.hosts[h]
+	form := func(th, ti, k int) string {
+		path := pagePath(ti)
+		switch {
+		case th != h:
+			return "http://" + w.hosts[th] + path
+		case k%4 == 1:
+			return "HTTP://" + self + path + "#s" + strconv.Itoa(k)
+		case k%4 == 2 && ti != 0 && i == 0:
+			return "p/" + strconv.Itoa(ti) + ".html" // relative to the root
+		case k%4 == 2 && ti != 0:
+			return strconv.Itoa(ti) + ".html" // relative to /p/
+		case k%4 == 3:
+			return path + "#top"
+		}
+		return path
+	}
+	// The tree: page i links to 2i+1 and 2i+2 on its host, so all of a
+	// host is reachable from its root; host 0's root links every root.
+	k := 0
+	for _, c := range []int{2*i + 1, 2*i + 2} {
+		if c < w.perHost[h] {
+			out = append(out, form(h, c, k))
+			k++
+		}
+	}
+	if h == 0 && i == 0 {
+		for th := 1; th < len(w.hosts); th++ {
+			out = append(out, form(th, 0, k))
+			k++
+		}
+	}
+	rng := rand.New(rand.NewPCG(uint64(w.cfg.Seed), uint64(h)<<32|uint64(i)))
+	for range w.cfg.LinksPerPage {
+		th := h
+		if rng.Float64() < w.cfg.CrossHostFraction {
+			th = rng.IntN(len(w.hosts))
+		}
+		out = append(out, form(th, rng.IntN(w.perHost[th]), k))
+		k++
+	}
+	if w.hasDeadLink(h, i) {
+		out = append(out, deadPath(i))
+	}
+	return out
+}
+
+func (w *Web) handler(h int) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		host := w.hosts[h]
+		w.mu.Lock()
+		w.hits[host+r.URL.Path]++
+		w.times[host] = append(w.times[host], time.Now())
+		w.mu.Unlock()
+		if w.cfg.Latency > 0 {
+			time.Sleep(w.cfg.Latency)
+		}
+		i, err := pageIndex(r.URL.Path)
+		if err != nil || i >= w.perHost[h] {
+			http.NotFound(rw, r)
+			return
+		}
+		if w.isTransient(h, i) {
+			w.mu.Lock()
+			served := w.failures[host+r.URL.Path]
+			if served < w.cfg.TransientAttempts {
+				w.failures[host+r.URL.Path]++
+			}
+			w.mu.Unlock()
+			if served < w.cfg.TransientAttempts {
+				http.Error(rw, "try again", http.StatusServiceUnavailable)
+				return
+			}
+		}
+		rw.Header().Set("Content-Type", "text/html; charset=utf-8")
+		var b strings.Builder
+		fmt.Fprintf(&b, "<!doctype html><html><head><title>host %d page %d</title></head><body><h1>Page %d</h1>\n", h, i, i)
+		for _, l := range w.links(h, i) {
+			fmt.Fprintf(&b, "<a href=\"%s\">link</a>\n", l)
+		}
+		for b.Len() < w.cfg.PageBytes {
+			b.WriteString("<p>Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor.</p>\n")
+		}
+		b.WriteString("</body></html>\n")
+		_, _ = rw.Write([]byte(b.String()))
+	})
+}
+
+var errNotAPage = errors.New("not a page")
+
+func pageIndex(path string) (int, error) {
+	if path == "/" {
+		return 0, nil
+	}
+	rest, ok := strings.CutPrefix(path, "/p/")
+	if !ok {
+		return 0, errNotAPage
+	}
+	num, ok := strings.CutSuffix(rest, ".html")
+	if !ok {
+		return 0, errNotAPage
+	}
+	i, err := strconv.Atoi(num)
+	if err != nil || i <= 0 {
+		return 0, errNotAPage
+	}
+	return i, nil
+}

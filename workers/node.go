@@ -1,0 +1,181 @@
+// Package workers wires a node process with go.uber.org/fx: Postgres,
+// Temporal, the control-queue worker (campaign workflows and control
+// activities), the node-queue worker (fetch batches) and the node's
+// registration and heartbeat. It holds no logic of its own.
+package workers
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.uber.org/dig"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+
+	"github.com/spiderpool/spiderpool/activities"
+	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/config"
+	"github.com/spiderpool/spiderpool/control"
+	"github.com/spiderpool/spiderpool/fetch"
+	"github.com/spiderpool/spiderpool/store"
+	"github.com/spiderpool/spiderpool/workflows"
+)
+
+// Version is reported in the node registry.
+var Version = "dev"
+
+// Node builds the fx application of one node. Start it, and Stop it to
+// hand its unfetched URLs back and deregister.
+func Node(cfg config.Config, logger *slog.Logger) *fx.App {
+	logger = logger.With("node", cfg.Node.ID)
+	return fx.New(
+		fx.Supply(cfg, logger),
+		fx.WithLogger(func() fxevent.Logger { return &fxevent.SlogLogger{Logger: quietFx(logger)} }),
+		fx.StartTimeout(2*cfg.ConnectTimeout+30*time.Second),
+		fx.StopTimeout(45*time.Second),
+		fx.Provide(openStore, dialTemporal, newFetcher),
+		fx.Invoke(runNode),
+	)
+}
+
+// RootCause unwraps fx's wrapping, leaving the error that says what failed
+// ("cannot reach Postgres at ...").
+func RootCause(err error) error { return dig.RootCause(err) }
+
+func quietFx(l *slog.Logger) *slog.Logger {
+	return slog.New(levelFloor{l.Handler(), slog.LevelWarn})
+}
+
+type levelFloor struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h levelFloor) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func openStore(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) (*store.Store, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout+time.Minute)
+	defer cancel()
+	s, err := store.Open(ctx, cfg.DatabaseURL, int32(cfg.Node.DBConns), cfg.ConnectTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("%w (database URL from %s)", err, cfg.From.DatabaseURL)
+	}
+	if _, err := s.Migrate(ctx, log); err != nil {
+		s.Close()
+		return nil, err
+	}
+	lc.Append(fx.StopHook(s.Close))
+	return s, nil
+}
+
+func dialTemporal(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) (client.Client, error) {
+	c, err := control.Dial(context.Background(), cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	lc.Append(fx.StopHook(c.Close))
+	return c, nil
+}
+
+func newFetcher(cfg config.Config) *fetch.Fetcher {
+	return fetch.New(max(4, cfg.Node.FetchConcurrency/8))
+}
+
+func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Store, tc client.Client, f *fetch.Fetcher) {
+	n := cfg.Node
+	identity := fmt.Sprintf("%s@%s:%d", n.ID, hostname(), os.Getpid())
+	reg := store.Registration{
+		ID: n.ID, Weight: n.Weight, Queue: campaign.NodeQueue(n.ID), Version: Version,
+		Incarnation: incarnation(), TTL: n.TTL,
+	}
+
+	controlWorker := worker.New(tc, cfg.ControlQueue, worker.Options{
+		Identity:          identity,
+		WorkerStopTimeout: 10 * time.Second,
+		// Local activities (lease, ring history) are short Postgres calls.
+		MaxConcurrentLocalActivityExecutionSize: 64,
+	})
+	workflows.Register(controlWorker)
+	(&activities.Control{Store: st, Log: log}).Register(controlWorker)
+
+	nodeWorker := worker.New(tc, campaign.NodeQueue(n.ID), worker.Options{
+		Identity:                           identity,
+		MaxConcurrentActivityExecutionSize: n.MaxBatches,
+		// Long enough for batches to hand back what they have not started.
+		WorkerStopTimeout: 20 * time.Second,
+	})
+	activities.NewFetch(n.ID, st, f, n.FetchConcurrency, log).Register(nodeWorker)
+
+	beatCtx, stopBeat := context.WithCancel(context.Background())
+	beatDone := make(chan struct{})
+	lc.Append(fx.Hook{
+		OnStart: func(ctx context.Context) error {
+			if err := st.RegisterNode(ctx, reg); err != nil {
+				return err
+			}
+			if err := nodeWorker.Start(); err != nil {
+				return fmt.Errorf("start worker on %s: %w", campaign.NodeQueue(n.ID), err)
+			}
+			if err := controlWorker.Start(); err != nil {
+				nodeWorker.Stop()
+				return fmt.Errorf("start worker on %s: %w", cfg.ControlQueue, err)
+			}
+			go heartbeat(beatCtx, beatDone, st, reg, n.HeartbeatInterval, log)
+			log.Info("node started", "queue", reg.Queue, "weight", n.Weight, "control_queue", cfg.ControlQueue,
+				"fetch_concurrency", n.FetchConcurrency, "temporal", cfg.TemporalAddress)
+			return nil
+		},
+		OnStop: func(ctx context.Context) error {
+			// Fetch batches first: they hand unstarted URLs back while the
+			// control worker can still record their completion.
+			nodeWorker.Stop()
+			controlWorker.Stop()
+			stopBeat()
+			<-beatDone
+			if err := st.DeregisterNode(context.WithoutCancel(ctx), reg.ID, reg.Incarnation); err != nil {
+				log.Warn("deregister", "error", err)
+			}
+			log.Info("node stopped")
+			return nil
+		},
+	})
+}
+
+func heartbeat(ctx context.Context, done chan<- struct{}, st *store.Store, reg store.Registration, every time.Duration, log *slog.Logger) {
+	defer close(done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := st.HeartbeatNode(ctx, reg.ID, reg.Incarnation); err != nil && ctx.Err() == nil {
+			log.Warn("registry heartbeat failed", "error", err)
+		}
+	}
+}
+
+func incarnation() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "unknown"
+	}
+	return h
+}
