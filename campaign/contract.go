@@ -193,6 +193,9 @@ type RingChange struct {
 	OldState  string  `json:"old_state"`
 	NewState  string  `json:"new_state"`
 	Reason    string  `json:"reason"`
+	// AfterLease is the last lease dispatched before the change: URLs of
+	// later leases were routed with it in effect.
+	AfterLease int64 `json:"after_lease"`
 }
 
 // RecordRingChangesRequest appends ring changes to node_weight_history.
@@ -297,6 +300,8 @@ type Carry struct {
 	Nodes       []CarriedNode `json:"nodes"`
 	Paused      bool          `json:"paused"`
 	Rejected    []string      `json:"rejected,omitempty"`
+	// DispatchedLease is the newest lease routed (see RingChange.AfterLease).
+	DispatchedLease int64 `json:"dispatched_lease"`
 }
 
 // CarriedNode is a node's campaign state across continue-as-new.

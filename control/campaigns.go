@@ -11,6 +11,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/spiderpool/spiderpool/campaign"
 )
@@ -128,9 +129,19 @@ func update[T any](ctx context.Context, c *Campaigns, id, name string, args ...a
 		return out, fmt.Errorf("%s campaign %s: %w", name, id, notFound(id, err))
 	}
 	if err := h.Get(ctx, &out); err != nil {
-		return out, fmt.Errorf("%s campaign %s: %w", name, id, err)
+		return out, fmt.Errorf("%s campaign %s: %w", name, id, plain(err))
 	}
 	return out, nil
+}
+
+// plain strips the SDK's "(type: ..., retryable: ...)" decoration from a
+// rejection, leaving the workflow's own words ("node: unknown node ...").
+func plain(err error) error {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return errors.New(appErr.Message())
+	}
+	return err
 }
 
 func notFound(id string, err error) error {
@@ -139,4 +150,32 @@ func notFound(id string, err error) error {
 		return fmt.Errorf("no running campaign with ID %q", id)
 	}
 	return err
+}
+
+// Watch reports the campaign's status every interval until it ends, then
+// returns its summary.
+func Watch(ctx context.Context, c *Campaigns, id string, every time.Duration, report func(campaign.Status)) (campaign.Summary, error) {
+	done := make(chan struct{})
+	var (
+		sum campaign.Summary
+		err error
+	)
+	go func() {
+		defer close(done)
+		sum, err = c.Result(ctx, id)
+	}()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return sum, err
+		case <-ctx.Done():
+			return sum, ctx.Err()
+		case <-t.C:
+			if st, serr := c.Status(ctx, id); serr == nil {
+				report(st)
+			}
+		}
+	}
 }

@@ -432,7 +432,7 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 					last_error = r.err,
 					next_attempt_at = CASE WHEN r.state = 'pending' THEN now() + r.retry_ms * interval '1 millisecond' ELSE f.next_attempt_at END,
 					finished_at = CASE WHEN r.state = 'pending' THEN NULL ELSE now() END,
-					lease_id = NULL, lease_holder = NULL, lease_expires_at = NULL
+					lease_holder = NULL, lease_expires_at = NULL
 				FROM unnest($2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[], $7::bigint[])
 				     AS r(id, state, tried, status, err, retry_ms)
 				WHERE f.id = r.id AND f.campaign = $1 AND f.lease_holder = $8 AND f.state = 'leased'

@@ -84,9 +84,9 @@ func (s *Store) RecordRingChanges(ctx context.Context, campaignKey int64, run in
 	}
 	batch := &pgx.Batch{}
 	for _, c := range changes {
-		batch.Queue(`INSERT INTO node_weight_history (campaign, node, old_weight, new_weight, old_state, new_state, reason, run)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-			campaignKey, c.Node, c.OldWeight, c.NewWeight, c.OldState, c.NewState, c.Reason, run)
+		batch.Queue(`INSERT INTO node_weight_history (campaign, node, old_weight, new_weight, old_state, new_state, reason, run, after_lease)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			campaignKey, c.Node, c.OldWeight, c.NewWeight, c.OldState, c.NewState, c.Reason, run, c.AfterLease)
 	}
 	if err := s.pool.SendBatch(ctx, batch).Close(); err != nil {
 		return fmt.Errorf("record %d ring changes for campaign %d: %w", len(changes), campaignKey, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/spiderpool/spiderpool/config"
 	"github.com/spiderpool/spiderpool/schema"
 )
 
@@ -167,4 +168,14 @@ func (s *Store) retryTx(ctx context.Context, fn func(pgx.Tx) error) error {
 		}
 	}
 	return err
+}
+
+// Connect opens the database of cfg, saying in any error where its URL came
+// from (flag, environment or default).
+func Connect(ctx context.Context, cfg config.Config) (*Store, error) {
+	s, err := Open(ctx, cfg.DatabaseURL, int32(cfg.Node.DBConns), cfg.ConnectTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("%w (database URL from %s)", err, cfg.From.DatabaseURL)
+	}
+	return s, nil
 }

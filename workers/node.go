@@ -37,7 +37,9 @@ func Node(cfg config.Config, logger *slog.Logger) *fx.App {
 	logger = logger.With("node", cfg.Node.ID)
 	return fx.New(
 		fx.Supply(cfg, logger),
-		fx.WithLogger(func() fxevent.Logger { return &fxevent.SlogLogger{Logger: quietFx(logger)} }),
+		// fx's own log would repeat start-up errors with its wrapping; the
+		// caller reports RootCause instead.
+		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		fx.StartTimeout(2*cfg.ConnectTimeout+30*time.Second),
 		fx.StopTimeout(45*time.Second),
 		fx.Provide(openStore, dialTemporal, newFetcher),
@@ -49,25 +51,12 @@ func Node(cfg config.Config, logger *slog.Logger) *fx.App {
 // ("cannot reach Postgres at ...").
 func RootCause(err error) error { return dig.RootCause(err) }
 
-func quietFx(l *slog.Logger) *slog.Logger {
-	return slog.New(levelFloor{l.Handler(), slog.LevelWarn})
-}
-
-type levelFloor struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (h levelFloor) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.min && h.Handler.Enabled(ctx, l)
-}
-
 func openStore(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) (*store.Store, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout+time.Minute)
 	defer cancel()
-	s, err := store.Open(ctx, cfg.DatabaseURL, int32(cfg.Node.DBConns), cfg.ConnectTimeout)
+	s, err := store.Connect(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w (database URL from %s)", err, cfg.From.DatabaseURL)
+		return nil, err
 	}
 	if _, err := s.Migrate(ctx, log); err != nil {
 		s.Close()

@@ -88,11 +88,13 @@ type dispatcher struct {
 	completions   int64 // batch completions, to tell whether a lease is stale
 	leaseStartSeq int64
 	lastLease     campaign.Lease
-	budgetDone    bool
-	timerSet      bool
-	ops           int // retry waits, releases and ring-change writes outstanding
-	cancelled     bool
-	state         string
+	// dispatchedLease is the newest lease routed so far.
+	dispatchedLease int64
+	budgetDone      bool
+	timerSet        bool
+	ops             int // retry waits, releases and ring-change writes outstanding
+	cancelled       bool
+	state           string
 }
 
 type batch struct {
@@ -118,6 +120,7 @@ func newDispatcher(ctx workflow.Context, spec campaign.Spec, carry *campaign.Car
 	d.spec = normalized
 	if carry != nil {
 		d.key, d.run, d.counters, d.paused, d.rejected = carry.CampaignKey, carry.Run+1, carry.Counters, carry.Paused, carry.Rejected
+		d.dispatchedLease = carry.DispatchedLease
 		for _, c := range carry.Nodes {
 			d.addNode(&node{
 				id: c.ID, weight: c.Weight, override: c.Override, drain: c.Drain, health: c.Health,
@@ -209,6 +212,7 @@ func (d *dispatcher) continueAsNew() error {
 	d.drainSignals()
 	carry := &campaign.Carry{
 		CampaignKey: d.key, Run: d.run, Counters: d.counters, Paused: d.paused, Rejected: d.rejected,
+		DispatchedLease: d.dispatchedLease,
 	}
 	for _, id := range d.order {
 		n := d.nodes[id]
@@ -223,6 +227,7 @@ func (d *dispatcher) continueAsNew() error {
 }
 
 func (d *dispatcher) finish() (campaign.Summary, error) {
+	d.drainSignals() // applied, or rejected into status, not dropped unseen
 	d.state = "finishing"
 	req := campaign.FinishRequest{CampaignKey: d.key, Outcome: campaign.OutcomeCompleted, Runs: d.run}
 	if d.budgetDone {
@@ -309,6 +314,7 @@ func (d *dispatcher) maybeLease() {
 			return
 		}
 		d.counters.Leased += int64(lease.Size())
+		d.dispatchedLease = lease.LeaseID
 		d.dispatch(lease.LeaseID, lease.Groups, 0)
 	})
 }

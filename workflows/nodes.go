@@ -76,7 +76,8 @@ func (d *dispatcher) mutate(n *node, reason string, change func()) {
 	}
 	d.ring.Set(n.id, n.effectiveWeight())
 	d.changes = append(d.changes, campaign.RingChange{
-		Node: n.id, OldWeight: oldWeight, NewWeight: n.effectiveWeight(), OldState: oldState, NewState: n.state(), Reason: reason,
+		Node: n.id, OldWeight: oldWeight, NewWeight: n.effectiveWeight(), OldState: oldState, NewState: n.state(),
+		Reason: reason, AfterLease: d.dispatchedLease,
 	})
 	d.leaseDry = false // the window may have room again
 }

@@ -45,7 +45,7 @@ CREATE TABLE frontier (
     next_attempt_at  timestamptz NOT NULL DEFAULT now(),
     first_leased_at  timestamptz,
     leased_at        timestamptz,
-    lease_id         bigint,
+    lease_id         bigint,                -- the lease that holds it, or that last held it
     lease_holder     text,                  -- node/attempt/route of the batch that claimed it
     lease_expires_at timestamptz,
     node             text,                  -- node that holds or last held it
@@ -105,6 +105,8 @@ CREATE TABLE node_weight_history (
     new_state  text             NOT NULL,
     reason     text             NOT NULL,
     run        int              NOT NULL,
+    -- batches of leases after this one were routed with the change in effect
+    after_lease bigint          NOT NULL DEFAULT 0,
     changed_at timestamptz      NOT NULL DEFAULT now()
 );
 CREATE INDEX node_weight_history_by_campaign ON node_weight_history (campaign, changed_at);

@@ -142,6 +142,7 @@ func TestCrawlFetchesEveryPageExactlyOnce(t *testing.T) {
 		}
 		owners[node]++
 	}
+	harness.RecordHistory(t, s.Client, "exactly-once-"+s.Name, "exactly_once")
 	t.Logf("%d pages over %d hosts in %v (%.0f pages/s); per node %v; hosts per node %v; %d requests",
 		sum.Fetched, len(web.Hosts()), elapsed.Round(time.Millisecond), float64(sum.Fetched)/elapsed.Seconds(),
 		sum.PerNode, owners, web.Requests())

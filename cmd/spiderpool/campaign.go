@@ -1,0 +1,322 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
+
+	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/control"
+	"github.com/spiderpool/spiderpool/store"
+)
+
+func (a *app) openStore(ctx context.Context) (*store.Store, error) {
+	return store.Connect(ctx, a.cfg)
+}
+
+// campaigns dials Temporal; close the client when done.
+func (a *app) campaigns(ctx context.Context) (*control.Campaigns, client.Client, error) {
+	c, err := control.Dial(ctx, a.cfg, a.logger())
+	if err != nil {
+		return nil, nil, err
+	}
+	return &control.Campaigns{Client: c, Queue: a.cfg.ControlQueue}, c, nil
+}
+
+func (a *app) campaignCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "campaign",
+		Short: "Start, inspect and steer crawl campaigns",
+	}
+	cmd.AddCommand(a.startCmd(), a.statusCmd(), a.watchCmd(), a.signalCmd(), a.cancelCmd())
+	return cmd
+}
+
+func (a *app) startCmd() *cobra.Command {
+	var (
+		specFile string
+		seeds    []string
+		id       string
+		wait     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "start [--spec FILE] [--seed URL]... [--id ID] [--wait]",
+		Short: "Start a campaign from a JSON spec and/or seed URLs",
+		Long: `Start a campaign. The spec is one JSON document; every field but "seeds" has
+a default (see README, "Campaign spec"). --seed adds seeds to the spec's.
+
+The same campaign can be started with the Temporal CLI:
+  temporal workflow start --type CrawlCampaign --task-queue spiderpool.control \
+    --workflow-id my-crawl --input '{"seeds":["http://127.0.0.1:8080/"]}'`,
+		Example: `  spiderpool campaign start --seed http://127.0.0.1:8080/ --wait
+  spiderpool campaign start --spec crawl.json --id nightly-docs
+  echo '{"seeds":["https://example.org/"],"limits":{"max_pages":1000}}' | spiderpool campaign start --spec -`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec, err := readSpec(specFile, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			spec.Seeds = append(spec.Seeds, seeds...)
+			if _, err := spec.Normalize(); err != nil {
+				return fmt.Errorf("invalid campaign spec:\n%w", err)
+			}
+			if id == "" {
+				id = control.NewCampaignID(time.Now())
+			}
+			cs, c, err := a.campaigns(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			run, err := cs.Start(cmd.Context(), id, spec)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("started campaign %s (run %s)\n", id, run.GetRunID())
+			if !wait {
+				fmt.Printf("follow it:  spiderpool campaign watch %s\n", id)
+				return nil
+			}
+			var sum campaign.Summary
+			if err := run.Get(cmd.Context(), &sum); err != nil {
+				return fmt.Errorf("campaign %s: %w", id, err)
+			}
+			printSummary(os.Stdout, sum)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&specFile, "spec", "", "campaign spec JSON file, or - for standard input")
+	cmd.Flags().StringArrayVar(&seeds, "seed", nil, "seed URL (repeatable)")
+	cmd.Flags().StringVar(&id, "id", "", "campaign ID, which is also its workflow ID (default: generated)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the campaign to finish and print its summary")
+	return cmd
+}
+
+func readSpec(file string, stdin io.Reader) (campaign.Spec, error) {
+	if file == "" {
+		return campaign.Spec{}, nil
+	}
+	var (
+		b   []byte
+		err error
+	)
+	if file == "-" {
+		b, err = io.ReadAll(stdin)
+	} else {
+		b, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return campaign.Spec{}, fmt.Errorf("read spec: %w", err)
+	}
+	spec, err := campaign.ParseSpec(b)
+	if err != nil {
+		return spec, fmt.Errorf("invalid campaign spec in %s:\n%w", file, err)
+	}
+	return spec, nil
+}
+
+func (a *app) statusCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:     "status ID",
+		Short:   "Show a running campaign's counters, nodes and ring",
+		Example: "  spiderpool campaign status crawl-20261202-143005-9f3a\n  spiderpool campaign status my-crawl --json | jq .counters",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, c, err := a.campaigns(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			st, err := cs.Status(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(os.Stdout).Encode(st)
+			}
+			printStatus(os.Stdout, st)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
+	return cmd
+}
+
+func (a *app) watchCmd() *cobra.Command {
+	var every time.Duration
+	cmd := &cobra.Command{
+		Use:   "watch ID",
+		Short: "Follow a campaign until it ends, then print its summary",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, c, err := a.campaigns(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			sum, err := control.Watch(cmd.Context(), cs, args[0], every, func(st campaign.Status) {
+				fmt.Println(progressLine(st))
+			})
+			if err != nil {
+				return err
+			}
+			printSummary(os.Stdout, sum)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&every, "every", time.Second, "how often to print progress")
+	return cmd
+}
+
+func (a *app) signalCmd() *cobra.Command {
+	var (
+		node   string
+		weight float64
+	)
+	cmd := &cobra.Command{
+		Use:   "signal ID reweight|drain|undrain|pause|resume [--node N] [--weight W]",
+		Short: "Change a running campaign: node weights and drains, pause and resume",
+		Long: `Change a running campaign. The change is validated by the workflow and its
+answer printed; an unknown node or a bad weight is an error and changes
+nothing. Every ring change is recorded in node_weight_history.
+
+Temporal CLI equivalents (signals cannot answer; a rejected one is listed in
+'status'):
+  temporal workflow signal --workflow-id ID --name reweight --input '{"node":"node-2","weight":3}'
+  temporal workflow signal --workflow-id ID --name drain --input '{"node":"node-2"}'
+  temporal workflow signal --workflow-id ID --name pause`,
+		Example: `  spiderpool campaign signal my-crawl reweight --node node-3 --weight 0.5
+  spiderpool campaign signal my-crawl drain --node node-2
+  spiderpool campaign signal my-crawl pause`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, op := args[0], args[1]
+			cs, c, err := a.campaigns(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx := cmd.Context()
+			var ns campaign.NodeStatus
+			switch op {
+			case campaign.Reweight:
+				if !cmd.Flags().Changed("weight") {
+					return fmt.Errorf("reweight needs --weight")
+				}
+				ns, err = cs.Reweight(ctx, id, node, weight)
+			case campaign.Drain:
+				ns, err = cs.Drain(ctx, id, node)
+			case campaign.Undrain:
+				ns, err = cs.Undrain(ctx, id, node)
+			case campaign.Pause:
+				_, err = cs.Pause(ctx, id)
+			case campaign.Resume:
+				_, err = cs.Resume(ctx, id)
+			default:
+				return fmt.Errorf("unknown signal %q: want reweight, drain, undrain, pause or resume", op)
+			}
+			if err != nil {
+				return err
+			}
+			if ns.ID != "" {
+				fmt.Printf("%s: node %s is %s, weight %s\n", id, ns.ID, ns.State, weightText(ns))
+			} else {
+				fmt.Printf("%s: %sd\n", id, strings.TrimSuffix(op, "e"))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&node, "node", "", "node ID (reweight, drain, undrain)")
+	cmd.Flags().Float64Var(&weight, "weight", 0, "new weight, >= 0 (reweight)")
+	return cmd
+}
+
+func (a *app) cancelCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a campaign; batches in flight hand back what they have not fetched",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cs, c, err := a.campaigns(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if err := cs.Cancel(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			fmt.Printf("%s: cancellation requested\n", args[0])
+			return nil
+		},
+	}
+}
+
+func weightText(n campaign.NodeStatus) string {
+	if n.Override != nil {
+		return strconv.FormatFloat(*n.Override, 'g', -1, 64) + " (set by operator; registered " + strconv.FormatFloat(n.Weight, 'g', -1, 64) + ")"
+	}
+	return strconv.FormatFloat(n.Weight, 'g', -1, 64)
+}
+
+func progressLine(st campaign.Status) string {
+	var nodes []string
+	for _, n := range st.Nodes {
+		nodes = append(nodes, fmt.Sprintf("%s=%d(%s)", n.ID, n.Fetched, n.State))
+	}
+	c := st.Counters
+	return fmt.Sprintf("%-8s fetched %d  failed %d  discovered %d  in flight %d  rerouted %d  %s",
+		st.State, c.Fetched, c.Failed, c.Discovered, inflight(st), c.Rerouted, strings.Join(nodes, " "))
+}
+
+func inflight(st campaign.Status) int {
+	n := 0
+	for _, ns := range st.Nodes {
+		n += ns.InflightURLs
+	}
+	return n
+}
+
+func printStatus(w io.Writer, st campaign.Status) {
+	c := st.Counters
+	fmt.Fprintf(w, "campaign %s: %s (run %d)\n", st.CampaignID, st.State, st.Run)
+	fmt.Fprintf(w, "fetched %d  failed %d  retried %d  excluded %d  discovered %d  batches %d  rerouted %d\n\n",
+		c.Fetched, c.Failed, c.Retried, c.Excluded, c.Discovered, c.Batches, c.Rerouted)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATE\tWEIGHT\tIN FLIGHT\tBATCHES\tFETCHED\tFAILED")
+	for _, n := range st.Nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d URLs / %d\t%d\t%d\t%d\n", n.ID, n.State, weightText(n),
+			n.InflightURLs, n.InflightBatches, n.BatchesSent, n.Fetched, n.Failed)
+	}
+	_ = tw.Flush()
+	for _, r := range st.Rejected {
+		fmt.Fprintf(w, "rejected signal: %s\n", r)
+	}
+}
+
+func printSummary(w io.Writer, s campaign.Summary) {
+	fmt.Fprintf(w, "\ncampaign %s %s in %.1fs (%d run(s))\n", s.CampaignID, s.Outcome, s.Seconds, s.Runs)
+	fmt.Fprintf(w, "  pages fetched  %d  (%.0f pages/s, %.1f MiB)\n", s.Fetched, s.PagesPerSecond, float64(s.Bytes)/(1<<20))
+	fmt.Fprintf(w, "  failed         %d\n  excluded       %d\n  still pending  %d\n  URLs in all    %d\n",
+		s.Failed, s.Excluded, s.Pending, s.URLs)
+	nodes := make([]string, 0, len(s.PerNode))
+	for n := range s.PerNode {
+		nodes = append(nodes, n)
+	}
+	slices.Sort(nodes)
+	fmt.Fprintln(w, "  per node:")
+	for _, n := range nodes {
+		fmt.Fprintf(w, "    %-20s %d\n", n, s.PerNode[n])
+	}
+}

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/spiderpool/spiderpool/config"
+	"github.com/spiderpool/spiderpool/devstack"
+	"github.com/spiderpool/spiderpool/store"
+)
+
+// DevState is what `spiderpool dev` writes to <state-dir>/dev.json once
+// everything is up, for scripts (make demo) that drive the stack.
+type DevState struct {
+	DatabaseURL     string    `json:"database_url"`
+	TemporalAddress string    `json:"temporal_address"`
+	WebUI           string    `json:"web_ui,omitempty"`
+	ControlQueue    string    `json:"control_queue"`
+	Nodes           []DevNode `json:"nodes"`
+}
+
+// DevNode is one node process of the dev stack.
+type DevNode struct {
+	ID     string  `json:"id"`
+	Weight float64 `json:"weight"`
+	PID    int     `json:"pid"`
+	Log    string  `json:"log"`
+}
+
+func (a *app) devCmd() *cobra.Command {
+	var (
+		nodes    int
+		weights  string
+		tport    int
+		uiport   int
+		pgport   int
+		stateDir string
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the whole stack locally: Postgres, Temporal dev server with Web UI, and nodes",
+		Long: `Run the whole stack on this machine until interrupted: a private throwaway
+Postgres cluster (unless DATABASE_URL is set), the Temporal CLI's dev server
+with its Web UI (unless TEMPORAL_ADDRESS is set), and node processes, each a
+'spiderpool worker' you can kill to watch its hosts move to other nodes.`,
+		Example: `  spiderpool dev
+  spiderpool dev --nodes 4 --weights 1,1,2,4
+  DATABASE_URL=postgres://me@127.0.0.1/crawl spiderpool dev`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ws, err := parseWeights(weights, nodes)
+			if err != nil {
+				return err
+			}
+			return a.runDev(cmd.Context(), ws, tport, uiport, pgport, stateDir)
+		},
+	}
+	cmd.Flags().IntVar(&nodes, "nodes", 3, "number of node processes")
+	cmd.Flags().StringVar(&weights, "weights", "1,1,2", "comma-separated node weights (one per node)")
+	cmd.Flags().IntVar(&tport, "temporal-port", 7233, "Temporal frontend port")
+	cmd.Flags().IntVar(&uiport, "ui-port", 8233, "Temporal Web UI port")
+	cmd.Flags().IntVar(&pgport, "pg-port", 55432, "port of the private Postgres cluster")
+	cmd.Flags().StringVar(&stateDir, "state-dir", ".spiderpool", "where node logs and dev.json go")
+	return cmd
+}
+
+func parseWeights(s string, n int) ([]float64, error) {
+	parts := strings.Split(s, ",")
+	if len(parts) != n {
+		return nil, fmt.Errorf("--weights has %d value(s) for --nodes %d", len(parts), n)
+	}
+	ws := make([]float64, n)
+	for i, p := range parts {
+		w, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if err != nil || w < 0 {
+			return nil, fmt.Errorf("--weights: %q is not a weight >= 0", p)
+		}
+		ws[i] = w
+	}
+	return ws, nil
+}
+
+func portFree(port int, what, flag string) error {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return fmt.Errorf("port %d for %s is in use (another `spiderpool dev`?): stop it or pass %s", port, what, flag)
+	}
+	return l.Close()
+}
+
+func (a *app) runDev(ctx context.Context, weights []float64, tport, uiport, pgport int, stateDir string) error {
+	if err := os.MkdirAll(filepath.Join(stateDir, "logs"), 0o755); err != nil {
+		return err
+	}
+	cfg := a.cfg
+	state := DevState{ControlQueue: cfg.ControlQueue}
+
+	if cfg.From.DatabaseURL == "default" {
+		if err := portFree(pgport, "Postgres", "--pg-port"); err != nil {
+			return err
+		}
+		fmt.Println("starting Postgres (throwaway cluster) on 127.0.0.1:" + strconv.Itoa(pgport) + " ...")
+		pgLog, err := os.Create(filepath.Join(stateDir, "logs", "postgres.log"))
+		if err != nil {
+			return err
+		}
+		defer pgLog.Close()
+		pg, err := devstack.StartPostgres(ctx, devstack.PostgresOptions{Port: pgport, Output: pgLog})
+		if err != nil {
+			return err
+		}
+		defer pg.Stop() //nolint:errcheck
+		if cfg.DatabaseURL, err = pg.CreateDatabase(ctx, "spiderpool"); err != nil {
+			return err
+		}
+	}
+	state.DatabaseURL = cfg.DatabaseURL
+
+	if cfg.From.TemporalAddress == "default" {
+		if err := portFree(tport, "Temporal", "--temporal-port"); err != nil {
+			return err
+		}
+		if err := portFree(uiport, "the Temporal Web UI", "--ui-port"); err != nil {
+			return err
+		}
+		fmt.Println("starting Temporal dev server on 127.0.0.1:" + strconv.Itoa(tport) + " ...")
+		tLog, err := os.Create(filepath.Join(stateDir, "logs", "temporal.log"))
+		if err != nil {
+			return err
+		}
+		defer tLog.Close()
+		t, err := devstack.StartTemporal(ctx, devstack.TemporalOptions{Port: tport, UIPort: uiport, Output: tLog})
+		if err != nil {
+			return err
+		}
+		defer t.Stop() //nolint:errcheck
+		cfg.TemporalAddress = t.Address()
+		state.WebUI = "http://localhost:" + strconv.Itoa(uiport)
+	}
+	state.TemporalAddress = cfg.TemporalAddress
+
+	st, err := store.Connect(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if _, err := st.Migrate(ctx, a.logger()); err != nil {
+		return err
+	}
+
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var procs []*exec.Cmd
+	var wg sync.WaitGroup
+	defer func() {
+		for _, p := range procs {
+			_ = p.Process.Signal(syscall.SIGTERM)
+		}
+		wg.Wait()
+	}()
+	for i, w := range weights {
+		id := fmt.Sprintf("node-%d", i+1)
+		logPath := filepath.Join(stateDir, "logs", id+".log")
+		logFile, err := os.Create(logPath)
+		if err != nil {
+			return err
+		}
+		defer logFile.Close()
+		p := exec.Command(self, "worker", "--node", id, "--weight", strconv.FormatFloat(w, 'g', -1, 64),
+			"--log-level", cfg.LogLevel)
+		p.Env = append(os.Environ(),
+			config.EnvDatabaseURL+"="+cfg.DatabaseURL,
+			config.EnvTemporalAddress+"="+cfg.TemporalAddress,
+			config.EnvNamespace+"="+cfg.Namespace,
+			config.EnvControlQueue+"="+cfg.ControlQueue)
+		p.Stdout, p.Stderr = logFile, logFile
+		p.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+		if err := p.Start(); err != nil {
+			return fmt.Errorf("start %s: %w", id, err)
+		}
+		procs = append(procs, p)
+		state.Nodes = append(state.Nodes, DevNode{ID: id, Weight: w, PID: p.Process.Pid, Log: logPath})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := p.Wait()
+			if ctx.Err() == nil {
+				fmt.Printf("%s (pid %d) exited: %v; its hosts move to the other nodes\n", id, p.Process.Pid, err)
+			}
+		}()
+	}
+	if err := waitRegistered(ctx, st, state.Nodes); err != nil {
+		return err
+	}
+
+	doc, _ := json.MarshalIndent(state, "", "  ")
+	if err := os.WriteFile(filepath.Join(stateDir, "dev.json"), doc, 0o644); err != nil {
+		return err
+	}
+	envFile := filepath.Join(stateDir, "dev.env")
+	env := fmt.Sprintf("export %s=%q\nexport %s=%q\nexport %s=%q\n", config.EnvDatabaseURL, cfg.DatabaseURL,
+		config.EnvTemporalAddress, cfg.TemporalAddress, config.EnvControlQueue, cfg.ControlQueue)
+	if err := os.WriteFile(envFile, []byte(env), 0o644); err != nil {
+		return err
+	}
+	fmt.Println("\nspiderpool dev is up")
+	fmt.Printf("  Temporal   %s\n", cfg.TemporalAddress)
+	if state.WebUI != "" {
+		fmt.Printf("  Web UI     %s\n", state.WebUI)
+	}
+	fmt.Printf("  Postgres   %s\n", cfg.DatabaseURL)
+	for _, n := range state.Nodes {
+		fmt.Printf("  %-10s weight %-4g pid %-7d log %s\n", n.ID, n.Weight, n.PID, n.Log)
+	}
+	fmt.Printf("\nIn another shell:  source %s\n", envFile)
+	fmt.Println("  bin/spiderpool campaign start --seed http://127.0.0.1:PORT/ --wait")
+	fmt.Println("Kill a node (kill -9 PID) to watch its hosts move. Ctrl-C stops everything.")
+	<-ctx.Done()
+	fmt.Println("\nstopping ...")
+	return nil
+}
+
+func waitRegistered(ctx context.Context, st *store.Store, nodes []DevNode) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		reg, err := st.Nodes(ctx, nil)
+		if err != nil {
+			return err
+		}
+		alive := map[string]bool{}
+		for _, n := range reg {
+			alive[n.ID] = n.Alive
+		}
+		ready := true
+		for _, n := range nodes {
+			ready = ready && alive[n.ID]
+		}
+		if ready {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("nodes did not register within a minute; see their logs in the state dir")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

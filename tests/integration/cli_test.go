@@ -1,0 +1,249 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/devstack"
+	"github.com/spiderpool/spiderpool/tests/harness"
+	"github.com/spiderpool/spiderpool/tests/synthweb"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// spiderpoolBin builds the CLI once per test binary.
+func spiderpoolBin(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "spiderpool-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		root, err := devstack.RepoRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "spiderpool")
+		out, err := exec.Command("go", "build", "-o", binPath, filepath.Join(root, "cmd", "spiderpool")).CombinedOutput()
+		if err != nil {
+			buildErr = errors.New(string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build spiderpool: %v", buildErr)
+	}
+	return binPath
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+	took           time.Duration
+}
+
+func runCmd(t *testing.T, stdin string, name string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bg, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr, cmd.Stdin = &out, &errb, strings.NewReader(stdin)
+	cmd.Env = append(os.Environ(), "DATABASE_URL=", "TEMPORAL_ADDRESS=")
+	start := time.Now()
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String(), took: time.Since(start)}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%s %v: %v", name, args, err)
+	}
+	return r
+}
+
+func temporalCLI(t *testing.T) string {
+	t.Helper()
+	bin, err := devstack.FindTemporalBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// TestTemporalCLIStartsCampaignWithDefaults is acceptance 6: the Temporal
+// CLI starts a working campaign from seeds alone, and the status query
+// answers through it too.
+func TestTemporalCLIStartsCampaignWithDefaults(t *testing.T) {
+	web := startWeb(t, synthweb.Config{Hosts: 4, Pages: 200, LinksPerPage: 4, CrossHostFraction: 0.3, Seed: 3})
+	s := harness.NewStack(t)
+	s.StartNode("a", 1)
+	s.StartNode("b", 1)
+	tcli := temporalCLI(t)
+	addr := harness.Temporal(t).Address()
+	id := "tcli-" + s.Name
+	r := runCmd(t, "", tcli, "workflow", "start", "--address", addr, "--type", campaign.WorkflowType,
+		"--task-queue", s.Config.ControlQueue, "--workflow-id", id, "--input", `{"seeds":["`+web.Seed()+`"]}`)
+	if r.code != 0 {
+		t.Fatalf("temporal workflow start: %s %s", r.stdout, r.stderr)
+	}
+	q := runCmd(t, "", tcli, "workflow", "query", "--address", addr, "--workflow-id", id, "--type", campaign.StatusQuery, "-o", "json")
+	if q.code != 0 {
+		t.Fatalf("temporal workflow query: %s %s", q.stdout, q.stderr)
+	}
+	var answer struct {
+		QueryResult []campaign.Status `json:"queryResult"`
+	}
+	if err := json.Unmarshal([]byte(q.stdout), &answer); err != nil || len(answer.QueryResult) != 1 || answer.QueryResult[0].CampaignID != id {
+		t.Fatalf("query output %q (%v)", q.stdout, err)
+	}
+	sum, err := s.Campaigns.Result(bg, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Default scope is the seed's host: all of host 0, nothing else.
+	host0 := 0
+	for _, p := range web.Pages() {
+		if strings.HasPrefix(p, "http://"+web.Hosts()[0]+"/") {
+			host0++
+		}
+	}
+	if sum.Fetched != int64(host0) || sum.Failed != 0 {
+		t.Fatalf("summary %+v, want the %d pages of the seed host", sum, host0)
+	}
+	harness.RecordHistory(t, s.Client, id, "temporal_cli_defaults")
+	t.Logf("started by the Temporal CLI with defaults: %d pages fetched; status answered run %d state %q",
+		sum.Fetched, answer.QueryResult[0].Run, answer.QueryResult[0].State)
+}
+
+// TestBadInputIsNamedAndHarmless is acceptance 7: bad specs and signals
+// get errors naming the field, a running campaign is unharmed, and without
+// Postgres or Temporal commands fail fast saying which and where.
+func TestBadInputIsNamedAndHarmless(t *testing.T) {
+	bin := spiderpoolBin(t)
+	s := harness.NewStack(t)
+	addr := harness.Temporal(t).Address()
+	common := []string{"--temporal-address", addr, "--database-url", s.Config.DatabaseURL, "--control-queue", s.Config.ControlQueue}
+
+	for _, tc := range []struct{ spec, field, problem string }{
+		{`{"seeds":[]}`, "spec.seeds", "at least one seed URL is required"},
+		{`{"seeds":["ftp://example.org/"]}`, "spec.seeds[0]", "is not an http(s) URL"},
+		{`{"seeds":["http://127.0.0.1:1/"],"limits":{"max_pages":-5}}`, "spec.limits.max_pages", "must be >= 0, got -5"},
+		{`{"seeds":["http://127.0.0.1:1/"],"limit":{}}`, "spec", `unknown field "limit"`},
+	} {
+		r := runCmd(t, tc.spec, bin, append([]string{"campaign", "start", "--spec", "-", "--id", "bad-" + s.Name}, common...)...)
+		if r.code == 0 || !strings.Contains(r.stderr, tc.field+": ") || !strings.Contains(r.stderr, tc.problem) {
+			t.Errorf("spec %s: exit %d, stderr %q; want an error naming %s", tc.spec, r.code, r.stderr, tc.field)
+		}
+	}
+	if _, err := s.Campaigns.Status(bg, "bad-"+s.Name); err == nil {
+		t.Error("a refused spec started a campaign")
+	}
+
+	// The same specs through the Temporal CLI, which has no validation of
+	// its own: the workflow fails at once, naming the fields.
+	tcli := temporalCLI(t)
+	for i, tc := range []struct{ spec, want string }{
+		{`{}`, "spec.seeds: at least one seed URL is required"},
+		{`{"seeds":["mailto:x@y.z"],"limits":{"max_pages":-1}}`, "spec.limits.max_pages: must be >= 0"},
+	} {
+		id := "bad-tcli-" + strconv.Itoa(i) + "-" + s.Name
+		r := runCmd(t, "", tcli, "workflow", "start", "--address", addr, "--type", campaign.WorkflowType,
+			"--task-queue", s.Config.ControlQueue, "--workflow-id", id, "--input", tc.spec)
+		if r.code != 0 {
+			t.Fatalf("temporal workflow start: %s", r.stderr)
+		}
+		s.StartNode("n"+strconv.Itoa(i), 1) // a worker to run it
+		_, err := s.Campaigns.Result(bg, id)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("workflow with spec %s ended with %v, want %q", tc.spec, err, tc.want)
+		}
+	}
+
+	// A running campaign shrugs off a bad signal.
+	web := startWeb(t, synthweb.Config{Hosts: 3, Pages: 150, LinksPerPage: 4, CrossHostFraction: 0.5, Seed: 5})
+	id := "steady-" + s.Name
+	spec := loopbackSpec(web)
+	spec.Politeness = campaign.Politeness{MinDelay: campaign.Duration(20 * time.Millisecond), MaxConcurrencyPerHost: 1}
+	running, err := s.Campaigns.Start(bg, id, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFetched(t, s, id, 5)
+	r := runCmd(t, "", bin, append([]string{"campaign", "signal", id, "reweight", "--node", "ghost", "--weight", "2"}, common...)...)
+	if r.code == 0 || !strings.Contains(r.stderr, `node: unknown node "ghost"`) {
+		t.Errorf("reweight of an unknown node: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = runCmd(t, "", bin, append([]string{"campaign", "signal", id, "reweight", "--node", s.NodeID("n0"), "--weight", "-3"}, common...)...)
+	if r.code == 0 || !strings.Contains(r.stderr, "weight: weight must be a finite number >= 0, got -3") {
+		t.Errorf("negative weight: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = runCmd(t, "", tcli, "workflow", "signal", "--address", addr, "--workflow-id", id, "--name", campaign.Drain, "--input", `{"node":"ghost"}`)
+	if r.code != 0 {
+		t.Fatalf("temporal workflow signal: %s", r.stderr)
+	}
+	harness.Eventually(t, time.Minute, "the rejected signal to show in status", func() bool {
+		st, err := s.Campaigns.Status(bg, id)
+		return err == nil && len(st.Rejected) == 1 && strings.Contains(st.Rejected[0], `unknown node "ghost"`)
+	})
+	ctx, cancel := context.WithTimeout(bg, 2*time.Minute)
+	defer cancel()
+	var sum campaign.Summary
+	if err := running.Get(ctx, &sum); err != nil {
+		t.Fatal(err)
+	}
+	assertExactlyOnce(t, s, web, sum)
+}
+
+func TestCommandsFailFastWithoutServers(t *testing.T) {
+	bin := spiderpoolBin(t)
+	closed, err := devstack.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadPG := "postgres://spiderpool@127.0.0.1:" + strconv.Itoa(closed) + "/spiderpool?sslmode=disable"
+	deadTemporal := "127.0.0.1:" + strconv.Itoa(closed)
+	s := harness.NewStack(t) // a live Postgres, to show the Temporal check on its own
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		wants []string
+	}{
+		{"worker without postgres", []string{"worker", "--node", "x", "--database-url", deadPG},
+			[]string{"cannot reach Postgres at 127.0.0.1:" + strconv.Itoa(closed), "from --flag"}},
+		{"migrate without postgres", []string{"migrate", "--database-url", deadPG},
+			[]string{"cannot reach Postgres at 127.0.0.1:" + strconv.Itoa(closed)}},
+		{"worker without temporal", []string{"worker", "--node", "x", "--database-url", s.Config.DatabaseURL, "--temporal-address", deadTemporal},
+			[]string{"cannot reach Temporal at " + deadTemporal}},
+		{"status without temporal", []string{"campaign", "status", "any", "--temporal-address", deadTemporal},
+			[]string{"cannot reach Temporal at " + deadTemporal, "namespace default"}},
+	} {
+		r := runCmd(t, "", bin, tc.args...)
+		if r.code == 0 {
+			t.Errorf("%s: exit 0", tc.name)
+		}
+		for _, w := range tc.wants {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("%s: stderr %q lacks %q", tc.name, r.stderr, w)
+			}
+		}
+		// The figure goes in the report; runCmd's deadline catches a hang.
+		t.Logf("%s: failed in %v: %s", tc.name, r.took.Round(time.Millisecond), strings.TrimSpace(r.stderr))
+	}
+}
