@@ -118,4 +118,3 @@ func versionCmd() *cobra.Command {
 		Run:   func(*cobra.Command, []string) { fmt.Println("spiderpool", version) },
 	}
 }
-
