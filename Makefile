@@ -1,0 +1,76 @@
+# spiderpool: two commands do everything.
+#   make demo   tools, Postgres, Temporal dev server + Web UI, 3 nodes, a crawl, a summary
+#   make test   tools, then unit, workflow, replay and integration tests
+SHELL := bash
+.DEFAULT_GOAL := help
+
+TEMPORAL_CLI_VERSION := v1.5.1
+BIN := $(CURDIR)/bin
+GO ?= go
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+export SPIDERPOOL_TEMPORAL_BIN := $(BIN)/temporal
+
+# Packages that run without servers, under the race detector.
+UNIT_PKGS := ./ring/... ./campaign/... ./crawl/... ./fetch/... ./workflows/... ./config/...
+
+.PHONY: help tools postgres build test test-unit test-integration demo dev histories fuzz vet clean
+
+help:
+	@echo "make demo   - run the local stack and crawl the bundled synthetic web"
+	@echo "make test   - everything the tests need, then all tests"
+	@echo "make dev    - run the local stack until Ctrl-C (bin/spiderpool dev)"
+	@echo "make histories - re-record the workflow histories the replay tests guard"
+	@echo "make fuzz   - run each fuzz target for FUZZTIME (default 30s)"
+
+tools: $(BIN)/temporal postgres
+
+# The Temporal CLI whose dev server we develop against. Later versions carry
+# a replace directive and cannot be go-installed.
+$(BIN)/temporal:
+	@echo "installing temporal CLI $(TEMPORAL_CLI_VERSION) into ./bin (a few minutes the first time)"
+	GOBIN=$(BIN) $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+
+# A Postgres server binary for throwaway clusters, unless DATABASE_URL
+# points at a server.
+postgres:
+	@if [ -n "$$DATABASE_URL" ]; then exit 0; fi; \
+	if command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then exit 0; fi; \
+	echo "installing Postgres (Debian package postgresql)"; \
+	$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+
+build:
+	$(GO) build -o $(BIN)/spiderpool ./cmd/spiderpool
+	$(GO) build -o $(BIN)/synthweb ./tests/cmd/synthweb
+	$(GO) build -o $(BIN)/demo ./tests/cmd/demo
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+
+test: tools vet test-unit test-integration
+
+test-unit:
+	$(GO) test -race -count=1 $(UNIT_PKGS)
+
+# Real Postgres and the real Temporal dev server, started by the tests.
+test-integration: tools
+	$(GO) test -count=1 -timeout 15m ./store/... ./activities/... ./tests/...
+
+demo: tools build
+	$(BIN)/demo
+
+dev: tools build
+	$(BIN)/spiderpool dev
+
+histories: tools
+	SPIDERPOOL_RECORD_HISTORIES=1 $(GO) test -count=1 -run 'TestCrawlFetchesEveryPageExactlyOnce|TestReweightAndDrainMidCampaign|TestTemporalCLIStartsCampaignWithDefaults' ./tests/integration/
+	$(GO) test -count=1 -run TestReplayRecordedHistories ./workflows/
+
+FUZZTIME ?= 30s
+fuzz:
+	for f in FuzzCanonicalize FuzzResolve FuzzExtractLinks; do \
+		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./crawl/ || exit 1; \
+	done
+
+clean:
+	rm -rf $(BIN) .spiderpool

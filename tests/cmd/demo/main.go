@@ -1,0 +1,203 @@
+// Command demo is `make demo`: it serves the bundled synthetic web, runs
+// `spiderpool dev` (Postgres, Temporal dev server with Web UI, three nodes
+// weighted 1, 1, 2), crawls the web to completion while printing progress,
+// and prints a summary checked against the web's own access log.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/config"
+	"github.com/spiderpool/spiderpool/control"
+	"github.com/spiderpool/spiderpool/tests/synthweb"
+)
+
+type devState struct {
+	TemporalAddress string `json:"temporal_address"`
+	WebUI           string `json:"web_ui"`
+	ControlQueue    string `json:"control_queue"`
+	Nodes           []struct {
+		ID     string  `json:"id"`
+		Weight float64 `json:"weight"`
+		PID    int     `json:"pid"`
+	} `json:"nodes"`
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		web      synthweb.Config
+		delay    time.Duration
+		bin      string
+		stateDir string
+		linger   bool
+	)
+	flag.IntVar(&web.Hosts, "hosts", 24, "hosts of the synthetic web")
+	flag.IntVar(&web.Pages, "pages", 6000, "pages of the synthetic web")
+	flag.IntVar(&web.LinksPerPage, "links", 8, "extra links per page")
+	flag.DurationVar(&web.Latency, "latency", 2*time.Millisecond, "response latency of the synthetic web")
+	flag.DurationVar(&delay, "delay", 100*time.Millisecond, "politeness: least time between two requests to a host")
+	flag.StringVar(&bin, "spiderpool", "bin/spiderpool", "the spiderpool binary")
+	flag.StringVar(&stateDir, "state-dir", ".spiderpool", "state directory of spiderpool dev")
+	flag.BoolVar(&linger, "linger", isTerminal(os.Stdin), "keep the stack up after the summary until Ctrl-C")
+	flag.Parse()
+	web.Seed, web.CrossHostFraction = 2026, 0.3
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	w, err := synthweb.Start(web)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	fmt.Printf("synthetic web: %d pages over %d hosts on 127.0.0.1, seed %s\n\n", web.Pages, web.Hosts, w.Seed())
+
+	statePath := filepath.Join(stateDir, "dev.json")
+	_ = os.Remove(statePath)
+	dev := exec.Command(bin, "dev", "--state-dir", stateDir, "--log-level", "warn")
+	dev.Stdout, dev.Stderr = os.Stdout, os.Stderr
+	dev.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := dev.Start(); err != nil {
+		return fmt.Errorf("start %s dev: %w (did `make build` run?)", bin, err)
+	}
+	devDone := make(chan error, 1)
+	go func() { devDone <- dev.Wait() }()
+	defer func() {
+		_ = dev.Process.Signal(os.Interrupt)
+		<-devDone
+	}()
+	state, err := waitForDev(ctx, statePath, devDone)
+	if err != nil {
+		return err
+	}
+
+	cfg := config.Default()
+	cfg.TemporalAddress, cfg.ControlQueue = state.TemporalAddress, state.ControlQueue
+	c, err := control.Dial(ctx, cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	cs := &control.Campaigns{Client: c, Queue: cfg.ControlQueue}
+	id := "demo-" + time.Now().UTC().Format("20060102-150405")
+	spec := campaign.Spec{
+		Seeds:      []string{w.Seed()},
+		Scope:      campaign.Scope{AllowedDomains: []string{"127.0.0.1"}},
+		Politeness: campaign.Politeness{MinDelay: campaign.Duration(delay), MaxConcurrencyPerHost: 1},
+		Dispatch:   campaign.Dispatch{BatchSize: 50},
+	}
+	if _, err := cs.Start(ctx, id, spec); err != nil {
+		return err
+	}
+	fmt.Printf("\ncampaign %s started.\n", id)
+	if state.WebUI != "" {
+		fmt.Printf("watch it in the Temporal Web UI: %s/namespaces/default/workflows/%s\n", state.WebUI, id)
+	}
+	var pids []string
+	for _, n := range state.Nodes {
+		pids = append(pids, fmt.Sprintf("%s=%d", n.ID, n.PID))
+	}
+	fmt.Printf("try killing a node (kill -9 PID; %s): its hosts move to the others.\n\n", strings.Join(pids, " "))
+
+	start := time.Now()
+	sum, err := control.Watch(ctx, cs, id, time.Second, func(st campaign.Status) {
+		var nodes []string
+		for _, n := range st.Nodes {
+			nodes = append(nodes, fmt.Sprintf("%s %d (%s)", n.ID, n.Fetched, n.State))
+		}
+		rate := float64(st.Counters.Fetched) / time.Since(start).Seconds()
+		fmt.Printf("%5.1fs  fetched %5d  discovered %5d  %4.0f pages/s  | %s\n", time.Since(start).Seconds(),
+			st.Counters.Fetched, st.Counters.Discovered, rate, strings.Join(nodes, ", "))
+	})
+	if err != nil {
+		return err
+	}
+	report(sum, w)
+	if linger {
+		fmt.Printf("\nThe stack is still up: Web UI %s. Ctrl-C stops everything.\n", state.WebUI)
+		<-ctx.Done()
+	}
+	return nil
+}
+
+func waitForDev(ctx context.Context, path string, devDone <-chan error) (devState, error) {
+	var st devState
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		if b, err := os.ReadFile(path); err == nil {
+			return st, json.Unmarshal(b, &st)
+		}
+		select {
+		case err := <-devDone:
+			return st, fmt.Errorf("spiderpool dev exited before it was up: %v", err)
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return st, errors.New("spiderpool dev not up after 5 minutes")
+		}
+	}
+}
+
+func report(sum campaign.Summary, w *synthweb.Web) {
+	hits := w.Hits()
+	once, twice, never := 0, 0, 0
+	for _, p := range w.Pages() {
+		switch n := hits[p]; {
+		case n == 0:
+			never++
+		case n > w.ExpectedHits(p):
+			twice++
+		default:
+			once++
+		}
+	}
+	fmt.Printf("\n== summary of %s (%s) ==\n", sum.CampaignID, sum.Outcome)
+	fmt.Printf("pages fetched     %d in %.1fs: %.0f pages/s\n", sum.Fetched, sum.Seconds, sum.PagesPerSecond)
+	fmt.Printf("failures          %d\n", sum.Failed)
+	fmt.Printf("excluded          %d\n", sum.Excluded)
+	fmt.Printf("per node:\n")
+	nodes := make([]string, 0, len(sum.PerNode))
+	for n := range sum.PerNode {
+		nodes = append(nodes, n)
+	}
+	slices.Sort(nodes)
+	for _, n := range nodes {
+		fmt.Printf("  %-8s %6d pages\n", n, sum.PerNode[n])
+	}
+	fmt.Printf("checked against the synthetic web's access log (%d pages):\n", len(w.Pages()))
+	fmt.Printf("  fetched exactly once %d, more than once %d, never %d\n", once, twice, never)
+	if twice > 0 {
+		fmt.Println("  (a node killed mid-fetch makes its in-flight pages be fetched again: at-least-once)")
+	}
+}
+
+// isTerminal is true for a terminal (not /dev/null, also a char device).
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
