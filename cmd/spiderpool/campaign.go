@@ -33,6 +33,19 @@ func (a *app) campaigns(ctx context.Context) (*control.Campaigns, client.Client,
 	return &control.Campaigns{Client: c, Queue: a.cfg.ControlQueue}, c, nil
 }
 
+// withCampaigns makes a command body that runs with a Temporal connection,
+// closed after.
+func (a *app) withCampaigns(run func(ctx context.Context, cs *control.Campaigns, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		cs, c, err := a.campaigns(cmd.Context())
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return run(cmd.Context(), cs, args)
+	}
+}
+
 func (a *app) campaignCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "campaign",
@@ -133,13 +146,8 @@ func (a *app) statusCmd() *cobra.Command {
 		Short:   "Show a running campaign's counters, nodes and ring",
 		Example: "  spiderpool campaign status crawl-20261202-143005-9f3a\n  spiderpool campaign status my-crawl --json | jq .counters",
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cs, c, err := a.campaigns(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			st, err := cs.Status(cmd.Context(), args[0])
+		RunE: a.withCampaigns(func(ctx context.Context, cs *control.Campaigns, args []string) error {
+			st, err := cs.Status(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -148,7 +156,7 @@ func (a *app) statusCmd() *cobra.Command {
 			}
 			printStatus(os.Stdout, st)
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
 	return cmd
@@ -160,13 +168,8 @@ func (a *app) watchCmd() *cobra.Command {
 		Use:   "watch ID",
 		Short: "Follow a campaign until it ends, then print its summary",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cs, c, err := a.campaigns(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			sum, err := control.Watch(cmd.Context(), cs, args[0], every, func(st campaign.Status) {
+		RunE: a.withCampaigns(func(ctx context.Context, cs *control.Campaigns, args []string) error {
+			sum, err := control.Watch(ctx, cs, args[0], every, func(st campaign.Status) {
 				fmt.Println(progressLine(st))
 			})
 			if err != nil {
@@ -174,7 +177,7 @@ func (a *app) watchCmd() *cobra.Command {
 			}
 			printSummary(os.Stdout, sum)
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().DurationVar(&every, "every", time.Second, "how often to print progress")
 	return cmd
@@ -201,20 +204,20 @@ Temporal CLI equivalents (signals cannot answer; a rejected one is listed in
   spiderpool campaign signal my-crawl drain --node node-2
   spiderpool campaign signal my-crawl pause`,
 		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, op := args[0], args[1]
-			cs, c, err := a.campaigns(cmd.Context())
-			if err != nil {
-				return err
+		PreRunE: func(cmd *cobra.Command, args []string) error {
+			if args[1] == campaign.Reweight && !cmd.Flags().Changed("weight") {
+				return fmt.Errorf("reweight needs --weight")
 			}
-			defer c.Close()
-			ctx := cmd.Context()
-			var ns campaign.NodeStatus
+			return nil
+		},
+		RunE: a.withCampaigns(func(ctx context.Context, cs *control.Campaigns, args []string) error {
+			id, op := args[0], args[1]
+			var (
+				ns  campaign.NodeStatus
+				err error
+			)
 			switch op {
 			case campaign.Reweight:
-				if !cmd.Flags().Changed("weight") {
-					return fmt.Errorf("reweight needs --weight")
-				}
 				ns, err = cs.Reweight(ctx, id, node, weight)
 			case campaign.Drain:
 				ns, err = cs.Drain(ctx, id, node)
@@ -236,7 +239,7 @@ Temporal CLI equivalents (signals cannot answer; a rejected one is listed in
 				fmt.Printf("%s: %sd\n", id, strings.TrimSuffix(op, "e"))
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&node, "node", "", "node ID (reweight, drain, undrain)")
 	cmd.Flags().Float64Var(&weight, "weight", 0, "new weight, >= 0 (reweight)")
@@ -248,18 +251,13 @@ func (a *app) cancelCmd() *cobra.Command {
 		Use:   "cancel ID",
 		Short: "Cancel a campaign; batches in flight hand back what they have not fetched",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cs, c, err := a.campaigns(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if err := cs.Cancel(cmd.Context(), args[0]); err != nil {
+		RunE: a.withCampaigns(func(ctx context.Context, cs *control.Campaigns, args []string) error {
+			if err := cs.Cancel(ctx, args[0]); err != nil {
 				return err
 			}
 			fmt.Printf("%s: cancellation requested\n", args[0])
 			return nil
-		},
+		}),
 	}
 }
 
