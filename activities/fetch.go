@@ -13,7 +13,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/spiderpool/spiderpool/campaign"
-	"github.com/spiderpool/spiderpool/crawl"
 	"github.com/spiderpool/spiderpool/fetch"
 	"github.com/spiderpool/spiderpool/store"
 )
@@ -25,18 +24,23 @@ type Fetch struct {
 	fetcher *fetch.Fetcher
 	log     *slog.Logger
 	slots   chan struct{} // node-wide cap on simultaneous requests
-	gates   *hostGates
+	polite  *politeness
+	robots  *robotsCache
+	queries *queryCaps
 	rules   *rulesCache
 }
 
 // NewFetch returns the fetch activities of node, making at most concurrency
 // requests at once.
 func NewFetch(node string, st *store.Store, f *fetch.Fetcher, concurrency int, log *slog.Logger) *Fetch {
+	log = log.With("node", node)
 	return &Fetch{
-		node: node, store: st, fetcher: f, log: log.With("node", node),
-		slots: make(chan struct{}, concurrency),
-		gates: newHostGates(),
-		rules: &rulesCache{store: st, byKey: map[int64]*rules{}},
+		node: node, store: st, fetcher: f, log: log,
+		slots:   make(chan struct{}, concurrency),
+		polite:  newPoliteness(node, st, log),
+		robots:  newRobotsCache(st, f, log),
+		queries: &queryCaps{seen: map[gateKey]map[uint64]struct{}{}},
+		rules:   &rulesCache{store: st, byKey: map[int64]*rules{}},
 	}
 }
 
@@ -55,9 +59,10 @@ const (
 
 // outcome is one URL's result before it is committed.
 type outcome struct {
-	o     store.Outcome
-	links []store.NewURL
-	bytes int64
+	o           store.Outcome
+	links       []store.NewURL
+	bytes       int64
+	sitemapURLs int // new URLs its host's sitemaps added
 }
 
 // FetchBatch fetches the batch's URLs that are still leased to it, commits
@@ -105,32 +110,22 @@ func (f *Fetch) FetchBatch(ctx context.Context, req campaign.FetchBatchRequest) 
 	}()
 
 	results := make(chan outcome, flushEvery)
-	started := make([]bool, len(claimed))
+	var unstarted []int64 // guarded by mu
 	var wg sync.WaitGroup
-	for i, c := range claimed {
+	for _, c := range claimed {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			gate := f.gates.get(req.CampaignKey, c.ShardKey, r.spec.Politeness)
-			if !gate.acquire(stop) {
-				return
-			}
-			defer gate.release()
-			select {
-			case f.slots <- struct{}{}:
-			case <-stop:
-				return
-			}
-			defer func() { <-f.slots }()
-			mu.Lock()
-			started[i] = true
-			mu.Unlock()
-			o := f.fetchOne(ctx, r, c)
-			if ctx.Err() != nil && o.o.State == store.Pending {
-				// Cut off by cancellation, not by the host: hand it back
-				// as unfetched rather than charge an attempt.
+			g := f.polite.gate(req.CampaignKey, c.ShardKey, &r.spec)
+			g.enter()
+			defer g.leave(ctx)
+			o, ok := f.fetchOne(ctx, r, req.CampaignKey, c, g, stop)
+			if !ok || (ctx.Err() != nil && o.o.State == store.Pending) {
+				// Stopped before its turn, or cut off by cancellation and
+				// not by the host: hand it back unfetched, no attempt
+				// charged.
 				mu.Lock()
-				started[i] = false
+				unstarted = append(unstarted, c.ID)
 				mu.Unlock()
 				return
 			}
@@ -189,12 +184,6 @@ func (f *Fetch) FetchBatch(ctx context.Context, req campaign.FetchBatchRequest) 
 		return campaign.BatchResult{}, batchFailed(errors.Join(commitErr, err), snapshot())
 	}
 
-	var unstarted []int64
-	for i, c := range claimed {
-		if !started[i] {
-			unstarted = append(unstarted, c.ID)
-		}
-	}
 	if len(unstarted) > 0 {
 		n, err := f.store.Release(context.WithoutCancel(ctx), req.CampaignKey, req.LeaseID, unstarted, holder)
 		if err != nil {
@@ -244,6 +233,7 @@ func (f *Fetch) commit(ctx context.Context, key int64, holder string, chunk []ou
 	var r campaign.BatchResult
 	r.Discovered = res.Discovered
 	for _, o := range chunk {
+		r.Discovered += o.sitemapURLs
 		if !res.Accepted[o.o.ID] {
 			r.Skipped++ // another holder took it over
 			continue
@@ -285,226 +275,3 @@ func heartbeatLoop(ctx context.Context, done <-chan struct{}, timeout time.Durat
 	}
 }
 
-// fetchOne fetches one URL and decides its outcome and discovered links.
-func (f *Fetch) fetchOne(ctx context.Context, r *rules, c store.ClaimedURL) outcome {
-	spec := &r.spec
-	resp := f.fetcher.Get(ctx, c.URL, fetch.Options{
-		UserAgent:      spec.Politeness.UserAgent,
-		ConnectTimeout: spec.Timeouts.Connect.D(),
-		RequestTimeout: spec.Timeouts.Request.D(),
-		MaxBodyBytes:   spec.Limits.MaxBodyBytes,
-		KeepBody:       true,
-	})
-	out := outcome{o: store.Outcome{ID: c.ID, Attempted: true, Status: resp.Status}, bytes: resp.Length}
-	switch fetch.Classify(&resp, spec.Retry.NonRetryableStatuses) {
-	case fetch.Transient:
-		attempt := c.Attempts + 1
-		out.o.Error = fetch.Describe(&resp)
-		if attempt < spec.Retry.MaxAttempts {
-			out.o.State = store.Pending
-			out.o.RetryIn = backoff(spec.Retry, attempt)
-		} else {
-			out.o.State = store.Failed
-			out.o.Error = fmt.Sprintf("%s (after %d attempts)", out.o.Error, attempt)
-		}
-		return out
-	case fetch.Final:
-		out.o.State, out.o.Error = store.Failed, fetch.Describe(&resp)
-		return out
-	}
-	out.o.State = store.Fetched
-	page := &store.Page{
-		Status: resp.Status, ContentType: resp.ContentType, ContentLength: resp.Length, Truncated: resp.Truncated,
-		Digest: resp.Digest, FetchedAt: time.Now(), Duration: resp.Duration,
-	}
-	out.o.Page = page
-	self, err := crawl.Canonicalize(c.URL)
-	if err != nil {
-		return out // stored canonical URLs always parse; nothing to follow if not
-	}
-	if resp.Status >= 300 && resp.Status < 400 && resp.Location != "" {
-		target, err := crawl.Resolve(self, resp.Location)
-		if err != nil {
-			page.RedirectTo = "invalid: " + resp.Location
-			return out
-		}
-		page.RedirectTo = target.String
-		// A redirect is not a link hop: same depth, one more redirect.
-		if link, ok := r.admit(target, resp.Location, c.Depth, c.Redirects+1, c.ID); ok {
-			out.links = append(out.links, link)
-		}
-		return out
-	}
-	if !resp.IsHTML() || len(resp.Body) == 0 {
-		return out
-	}
-	doc := crawl.ExtractLinks(resp.Body, spec.Limits.MaxLinksPerPage)
-	page.Title, page.Links = doc.Title, len(doc.Links)
-	if doc.NoFollow {
-		return out
-	}
-	base := self
-	if doc.Base != "" {
-		if b, err := crawl.Resolve(self, doc.Base); err == nil {
-			base = b
-		}
-	}
-	seen := make(map[uint64]bool, len(doc.Links))
-	for _, href := range doc.Links {
-		u, err := crawl.Resolve(base, href)
-		if err != nil {
-			continue
-		}
-		fp := u.Fingerprint()
-		if seen[fp] || u.String == self.String {
-			continue
-		}
-		seen[fp] = true
-		if link, ok := r.admit(u, href, c.Depth+1, 0, c.ID); ok {
-			out.links = append(out.links, link)
-		}
-	}
-	return out
-}
-
-// backoff is the wait before attempt+1: initial × coefficient^(attempt-1),
-// capped.
-func backoff(p campaign.Retry, attempt int) time.Duration {
-	d := float64(p.InitialInterval.D()) * math.Pow(p.BackoffCoefficient, float64(attempt-1))
-	return time.Duration(math.Min(d, float64(p.MaxInterval.D())))
-}
-
-// rules is a campaign's compiled spec, cached per node.
-type rules struct {
-	spec    campaign.Spec
-	scope   *crawl.Scope
-	shardBy crawl.ShardBy
-	loaded  time.Time
-}
-
-// admit turns a discovered URL into a frontier row if the scope takes it.
-func (r *rules) admit(u crawl.URL, raw string, depth, redirects int, parent int64) (store.NewURL, bool) {
-	if r.scope.Check(u, depth) != crawl.InScope {
-		return store.NewURL{}, false
-	}
-	link := store.NewURL{
-		Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: raw, ShardKey: crawl.ShardKey(u, r.shardBy),
-		Depth: depth, Redirects: redirects, ParentID: parent,
-	}
-	if redirects > r.spec.Limits.MaxRedirects {
-		link.ExcludedBecause = fmt.Sprintf("redirect chain longer than limits.max_redirects (%d)", r.spec.Limits.MaxRedirects)
-	}
-	return link, true
-}
-
-type rulesCache struct {
-	store *store.Store
-	mu    sync.Mutex
-	byKey map[int64]*rules
-}
-
-// get returns the campaign's rules, reloading them after a minute so a
-// campaign restarted with a new spec is picked up.
-func (c *rulesCache) get(ctx context.Context, key int64) (*rules, error) {
-	c.mu.Lock()
-	r, ok := c.byKey[key]
-	c.mu.Unlock()
-	if ok && time.Since(r.loaded) < time.Minute {
-		return r, nil
-	}
-	spec, err := c.store.CampaignSpec(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	scope, err := spec.CompileScope()
-	if err != nil {
-		return nil, err
-	}
-	r = &rules{spec: spec, scope: scope, shardBy: crawl.ShardBy(spec.Scope.ShardBy), loaded: time.Now()}
-	c.mu.Lock()
-	c.byKey[key] = r
-	c.mu.Unlock()
-	return r, nil
-}
-
-// hostGates enforce per-host concurrency and minimum delay on this node.
-type hostGates struct {
-	mu    sync.Mutex
-	gates map[gateKey]*gate
-}
-
-type gateKey struct {
-	campaign int64
-	shard    string
-}
-
-type gate struct {
-	slots chan struct{}
-	delay time.Duration
-	mu    sync.Mutex
-	next  time.Time // earliest start of the next request
-}
-
-func newHostGates() *hostGates { return &hostGates{gates: map[gateKey]*gate{}} }
-
-func (h *hostGates) get(campaignKey int64, shard string, p campaign.Politeness) *gate {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	k := gateKey{campaignKey, shard}
-	g, ok := h.gates[k]
-	if !ok || cap(g.slots) != p.MaxConcurrencyPerHost || g.delay != p.MinDelay.D() {
-		if len(h.gates) > 50_000 {
-			h.pruneLocked()
-		}
-		g = &gate{slots: make(chan struct{}, p.MaxConcurrencyPerHost), delay: p.MinDelay.D()}
-		h.gates[k] = g
-	}
-	return g
-}
-
-// pruneLocked drops idle gates so a broad crawl does not grow the map
-// without bound.
-func (h *hostGates) pruneLocked() {
-	now := time.Now()
-	for k, g := range h.gates {
-		g.mu.Lock()
-		idle := len(g.slots) == 0 && g.next.Before(now)
-		g.mu.Unlock()
-		if idle {
-			delete(h.gates, k)
-		}
-	}
-}
-
-// acquire takes a slot and waits out the host's delay; false if stopped.
-func (g *gate) acquire(stop <-chan struct{}) bool {
-	select {
-	case g.slots <- struct{}{}:
-	case <-stop:
-		return false
-	}
-	if g.delay <= 0 {
-		return true
-	}
-	g.mu.Lock()
-	now := time.Now()
-	start := g.next
-	if start.Before(now) {
-		start = now
-	}
-	g.next = start.Add(g.delay)
-	g.mu.Unlock()
-	if wait := time.Until(start); wait > 0 {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-stop:
-			<-g.slots
-			return false
-		}
-	}
-	return true
-}
-
-func (g *gate) release() { <-g.slots }

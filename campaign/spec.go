@@ -35,6 +35,8 @@ type Spec struct {
 	Timeouts Timeouts `json:"timeouts"`
 	// Dispatch tunes how the workflow hands batches to nodes.
 	Dispatch Dispatch `json:"dispatch"`
+	// Sitemaps takes more seeds from the sitemaps robots.txt files list.
+	Sitemaps Sitemaps `json:"sitemaps"`
 	// Nodes, when set, restricts the campaign to these node IDs; by default
 	// every live registered node takes part.
 	Nodes []string `json:"nodes,omitempty"`
@@ -77,6 +79,12 @@ type Limits struct {
 	MaxURLLength int `json:"max_url_length"`
 	// MaxLinksPerPage caps the links taken from one page. Default 1000.
 	MaxLinksPerPage int `json:"max_links_per_page"`
+	// MaxPathRepeats excludes URLs whose path repeats one segment more
+	// often (a relative-link trap). Default 3.
+	MaxPathRepeats int `json:"max_path_repeats"`
+	// MaxQueryURLsPerHost caps the URLs with a query string one host may
+	// add (an endless calendar, faceted search). Default 10000.
+	MaxQueryURLsPerHost int `json:"max_query_urls_per_host"`
 }
 
 // Politeness is per host (per shard key).
@@ -86,9 +94,32 @@ type Politeness struct {
 	UserAgent string `json:"user_agent,omitempty"`
 	// MaxConcurrencyPerHost caps simultaneous requests to one host. Default 2.
 	MaxConcurrencyPerHost int `json:"max_concurrency_per_host"`
-	// MinDelay is the least time between two requests to one host.
-	// Default 0.
+	// MinDelay is the least time between two requests to one host, held
+	// across all nodes. Default 0.
 	MinDelay Duration `json:"min_delay"`
+	// IgnoreRobots skips robots.txt. Default false: robots.txt is obeyed.
+	IgnoreRobots bool `json:"ignore_robots,omitempty"`
+	// RobotsTTL is how long a fetched robots.txt is trusted. Default 24h.
+	RobotsTTL Duration `json:"robots_ttl"`
+	// RobotsRetry is how soon a robots.txt that answered 5xx or not at all
+	// is tried again; its host waits meanwhile. Default 30s.
+	RobotsRetry Duration `json:"robots_retry"`
+	// MaxCrawlDelay caps a robots.txt Crawl-delay (which slows the host,
+	// never drops it). Default 30s.
+	MaxCrawlDelay Duration `json:"max_crawl_delay"`
+	// MaxRetryAfter caps how long a 429 or 503 Retry-After pauses a host.
+	// Default 5m.
+	MaxRetryAfter Duration `json:"max_retry_after"`
+}
+
+// Sitemaps, when enabled, adds the URLs of each in-scope host's sitemaps
+// (from its robots.txt Sitemap lines; index files and gzip followed) as
+// seeds.
+type Sitemaps struct {
+	Enabled bool `json:"enabled,omitempty"`
+	// MaxURLsPerHost caps the URLs taken from one host's sitemaps.
+	// Default 50000.
+	MaxURLsPerHost int `json:"max_urls_per_host"`
 }
 
 // Retry is the per-URL policy for transient failures (5xx, 408, 429,
@@ -112,6 +143,8 @@ type Timeouts struct {
 	Connect Duration `json:"connect"`
 	// Request bounds a whole request, body included. Default 30s.
 	Request Duration `json:"request"`
+	// Idle aborts a body that sends nothing for this long. Default 10s.
+	Idle Duration `json:"idle"`
 }
 
 // Dispatch tunes the workflow's batching. The defaults suit most crawls.
@@ -242,6 +275,10 @@ func (s Spec) Normalize() (Spec, error) {
 	}
 	defaultInt(&l.MaxURLLength, DefaultMaxURLLength)
 	defaultInt(&l.MaxLinksPerPage, DefaultMaxLinksPerPage)
+	nonNegative("max_path_repeats", int64(l.MaxPathRepeats))
+	nonNegative("max_query_urls_per_host", int64(l.MaxQueryURLsPerHost))
+	defaultInt(&l.MaxPathRepeats, 3)
+	defaultInt(&l.MaxQueryURLsPerHost, 10_000)
 	if l.MaxRedirects > 50 {
 		add(fieldErr("spec.limits.max_redirects", "must be <= 50, got %d", l.MaxRedirects))
 	}
@@ -257,6 +294,14 @@ func (s Spec) Normalize() (Spec, error) {
 	}
 	defaultInt(&p.MaxConcurrencyPerHost, DefaultConcurrency)
 	durationIn(add, "spec.politeness.min_delay", p.MinDelay, 0, time.Hour)
+	defaultDuration(&p.RobotsTTL, 24*time.Hour)
+	defaultDuration(&p.RobotsRetry, 30*time.Second)
+	defaultDuration(&p.MaxCrawlDelay, 30*time.Second)
+	defaultDuration(&p.MaxRetryAfter, 5*time.Minute)
+	durationIn(add, "spec.politeness.robots_ttl", p.RobotsTTL, time.Second, 30*24*time.Hour)
+	durationIn(add, "spec.politeness.robots_retry", p.RobotsRetry, 100*time.Millisecond, 24*time.Hour)
+	durationIn(add, "spec.politeness.max_crawl_delay", p.MaxCrawlDelay, 0, time.Hour)
+	durationIn(add, "spec.politeness.max_retry_after", p.MaxRetryAfter, 0, 24*time.Hour)
 
 	r := &s.Retry
 	if r.MaxAttempts < 0 || r.MaxAttempts > 100 {
@@ -282,6 +327,8 @@ func (s Spec) Normalize() (Spec, error) {
 	t := &s.Timeouts
 	defaultDuration(&t.Connect, 5*time.Second)
 	defaultDuration(&t.Request, 30*time.Second)
+	defaultDuration(&t.Idle, 10*time.Second)
+	durationIn(add, "spec.timeouts.idle", t.Idle, time.Millisecond, time.Hour)
 	durationIn(add, "spec.timeouts.connect", t.Connect, time.Millisecond, time.Hour)
 	durationIn(add, "spec.timeouts.request", t.Request, time.Millisecond, time.Hour)
 
@@ -307,6 +354,11 @@ func (s Spec) Normalize() (Spec, error) {
 	durationIn(add, "spec.dispatch.lease_ttl", d.LeaseTTL, 3*d.HeartbeatTimeout.D(), 24*time.Hour)
 	durationIn(add, "spec.dispatch.membership_refresh", d.MembershipRefresh, time.Second, time.Hour)
 
+	if s.Sitemaps.MaxURLsPerHost < 0 {
+		add(fieldErr("spec.sitemaps.max_urls_per_host", "must be >= 0, got %d", s.Sitemaps.MaxURLsPerHost))
+	}
+	defaultInt(&s.Sitemaps.MaxURLsPerHost, 50_000)
+
 	seen := map[string]bool{}
 	for i, n := range s.Nodes {
 		field := fmt.Sprintf("spec.nodes[%d]", i)
@@ -325,8 +377,9 @@ func (s Spec) CompileScope() (*crawl.Scope, error) {
 	sc := &crawl.Scope{
 		Hosts:        slices.Clone(s.Scope.Hosts),
 		Domains:      slices.Clone(s.Scope.AllowedDomains),
-		MaxDepth:     *s.Limits.MaxDepth,
-		MaxURLLength: s.Limits.MaxURLLength,
+		MaxDepth:       *s.Limits.MaxDepth,
+		MaxURLLength:   s.Limits.MaxURLLength,
+		MaxPathRepeats: s.Limits.MaxPathRepeats,
 	}
 	if len(sc.Hosts) == 0 && len(sc.Domains) == 0 {
 		for _, seed := range s.Seeds {

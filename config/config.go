@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/fetch"
 )
 
 // Config is everything a spiderpool process needs to know.
@@ -54,6 +56,13 @@ type Node struct {
 	TTL time.Duration
 	// DBConns caps the node's Postgres connections.
 	DBConns int
+	// AllowPrivateNetworks lets fetches reach loopback, private, link-local
+	// and other non-public addresses. Off by default, so a campaign cannot
+	// turn a node against its own network (the cloud metadata service at
+	// 169.254.169.254, say); the dev stack and tests turn it on.
+	AllowPrivateNetworks bool
+	// AllowNetworks are CIDR ranges fetches may reach even so.
+	AllowNetworks []string
 }
 
 // Default is the configuration with nothing set: it matches `spiderpool
@@ -97,6 +106,7 @@ const (
 	EnvLogFormat       = "SPIDERPOOL_LOG_FORMAT"
 	EnvNodeID          = "SPIDERPOOL_NODE_ID"
 	EnvNodeWeight      = "SPIDERPOOL_NODE_WEIGHT"
+	EnvAllowPrivate    = "SPIDERPOOL_ALLOW_PRIVATE_NETWORKS"
 )
 
 // Flags binds the shared settings to fs; values start from env over
@@ -136,6 +146,25 @@ func (c *Config) NodeFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&n.MaxBatches, "max-batches", n.MaxBatches, "fetch batches running at once on this node")
 	fs.DurationVar(&n.TTL, "ttl", n.TTL, "registry heartbeat age past which campaigns treat this node as dead")
 	fs.IntVar(&n.DBConns, "db-conns", n.DBConns, "Postgres connections of this node")
+	if v, err := strconv.ParseBool(os.Getenv(EnvAllowPrivate)); err == nil {
+		n.AllowPrivateNetworks = v
+	}
+	fs.BoolVar(&n.AllowPrivateNetworks, "allow-private-networks", n.AllowPrivateNetworks,
+		"let fetches reach loopback, private and link-local addresses (env "+EnvAllowPrivate+"; off: refused at dial time)")
+	fs.StringArrayVar(&n.AllowNetworks, "allow-network", n.AllowNetworks, "CIDR range fetches may reach even if private (repeatable)")
+}
+
+// Guard is the fetch address policy of the node settings.
+func (n Node) Guard() (fetch.Guard, error) {
+	g := fetch.Guard{AllowPrivate: n.AllowPrivateNetworks}
+	for _, c := range n.AllowNetworks {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return g, fmt.Errorf("--allow-network %q: want a CIDR range like 10.1.0.0/16", c)
+		}
+		g.Allow = append(g.Allow, p.Masked())
+	}
+	return g, nil
 }
 
 func (c *Config) applyEnv() {
@@ -221,6 +250,9 @@ func (c *Config) ValidateNode() error {
 	}
 	if n.DBConns < 2 {
 		errs = append(errs, fmt.Errorf("--db-conns must be >= 2, got %d", n.DBConns))
+	}
+	if _, err := n.Guard(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -31,6 +31,24 @@ type URL struct {
 	parsed   *whatwg.Url
 }
 
+// Path is the URL's path, as serialised.
+func (u URL) Path() string {
+	if u.parsed != nil {
+		return u.parsed.Pathname()
+	}
+	rest := strings.TrimPrefix(strings.TrimPrefix(u.String, u.Scheme+"://"), u.Host)
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	return rest
+}
+
+// HasQuery says whether the URL has a query string.
+func (u URL) HasQuery() bool { return strings.Contains(u.String, "?") }
+
+// Origin is scheme://host[:port], the unit robots.txt applies to.
+func (u URL) Origin() string { return u.Scheme + "://" + u.Host }
+
 // Fingerprint is the 64-bit identity of the canonical URL, unique per
 // campaign in the frontier.
 func (u URL) Fingerprint() uint64 { return Fingerprint(u.String) }

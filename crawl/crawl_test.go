@@ -142,6 +142,12 @@ func TestScope(t *testing.T) {
 			t.Errorf("Check(%s, %d) = %q, want %q", tc.url, tc.depth, got, tc.want)
 		}
 	}
+	rep := Scope{MaxDepth: -1, MaxPathRepeats: 3}
+	trap, _ := Canonicalize("http://h/a/b/a/b/a/b/a/x.html")
+	fine, _ := Canonicalize("http://h/a/b/a/b/a/x.html")
+	if rep.Check(trap, 0) != RepeatedPath || rep.Check(fine, 0) != InScope || !RepeatedPath.Recorded() || OutOfScopeHost.Recorded() {
+		t.Errorf("path repetition: %q on %s, %q on %s", rep.Check(trap, 0), trap.String, rep.Check(fine, 0), fine.String)
+	}
 	inc := Scope{MaxDepth: -1, Include: []*regexp.Regexp{regexp.MustCompile(`\.html$`)}}
 	u1, _ := Canonicalize("http://any.host/deep/page.html")
 	u2, _ := Canonicalize("http://any.host/img.png")

@@ -80,3 +80,44 @@ func FuzzExtractLinks(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRobots parses arbitrary robots.txt bodies: never a panic, and an
+// allow-all file stays allow-all.
+func FuzzRobots(f *testing.F) {
+	for _, s := range []string{
+		"User-agent: *\nDisallow: /", "User-agent: spiderpool\nAllow: /a\nDisallow: /\nCrawl-delay: 2",
+		"Disallow: /x\nUser-agent: *", "User-agent: *\nDisallow: /*.php$\nAllow: /$", "Sitemap: http://h/s.xml",
+		"User-agent: *\nCrawl-delay: abc", "\xff\xfe\x00", "User-agent: *\nDisallow: /[", strings.Repeat("User-agent: a\n", 100),
+	} {
+		f.Add(s, "/some/path?q=1")
+	}
+	u, err := Canonicalize("http://h/")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, body, path string) {
+		r := ParseRobots(200, []byte(body))
+		target, err := Resolve(u, path)
+		if err != nil {
+			target = u
+		}
+		_ = r.Allowed(target, "spiderpool")
+		_ = r.CrawlDelay("spiderpool")
+		if ParseRobots(404, []byte(body)).Allowed(target, "spiderpool") != true {
+			t.Fatal("a missing robots.txt must allow all")
+		}
+	})
+}
+
+// FuzzSitemap feeds arbitrary bytes as a sitemap.
+func FuzzSitemap(f *testing.F) {
+	f.Add([]byte(`<urlset><url><loc>http://h/a</loc></url></urlset>`))
+	f.Add([]byte(`<sitemapindex><sitemap><loc>x</loc></sitemap>`))
+	f.Add([]byte{0x1f, 0x8b, 0, 0})
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		sm, _ := ParseSitemap(doc, 10, 1<<16)
+		if len(sm.URLs)+len(sm.Sitemaps) > 10 {
+			t.Fatalf("%d entries, cap 10", len(sm.URLs)+len(sm.Sitemaps))
+		}
+	})
+}

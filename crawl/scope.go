@@ -23,6 +23,10 @@ type Scope struct {
 	MaxDepth int
 	// MaxURLLength rejects longer canonical URLs; 0 means no limit.
 	MaxURLLength int
+	// MaxPathRepeats rejects a path in which one segment appears more than
+	// this many times (/a/b/a/b/a/b/...: a relative-link trap); 0 means no
+	// limit.
+	MaxPathRepeats int
 }
 
 // Verdict says why a URL is out of scope; the empty Verdict admits it.
@@ -33,20 +37,32 @@ const (
 	OutOfScopeHost Verdict = "host not in scope"
 	NotIncluded    Verdict = "matches no include pattern"
 	Excluded       Verdict = "matches an exclude pattern"
-	TooDeep        Verdict = "deeper than max_depth"
-	TooLong        Verdict = "longer than max_url_length"
+	TooDeep        Verdict = "deeper than limits.max_depth"
+	TooLong        Verdict = "longer than limits.max_url_length"
+	RepeatedPath   Verdict = "a path segment repeats more than limits.max_path_repeats times"
 )
+
+// Recorded says whether a URL refused for this verdict is kept in the
+// frontier as excluded, with the verdict as its reason. Trap verdicts are
+// (the crawl stopped there and should say so); being off the scope's hosts
+// or patterns is not, or every external link would be stored.
+func (v Verdict) Recorded() bool {
+	return v == TooDeep || v == TooLong || v == RepeatedPath
+}
 
 // Check returns InScope or the first rule u breaks at depth.
 func (s *Scope) Check(u URL, depth int) Verdict {
 	if s.MaxDepth >= 0 && depth > s.MaxDepth {
 		return TooDeep
 	}
+	if !s.hostAllowed(u) {
+		return OutOfScopeHost
+	}
 	if s.MaxURLLength > 0 && len(u.String) > s.MaxURLLength {
 		return TooLong
 	}
-	if !s.hostAllowed(u) {
-		return OutOfScopeHost
+	if s.MaxPathRepeats > 0 && repeatsMoreThan(u.Path(), s.MaxPathRepeats) {
+		return RepeatedPath
 	}
 	for _, re := range s.Exclude {
 		if re.MatchString(u.String) {
@@ -62,6 +78,25 @@ func (s *Scope) Check(u URL, depth int) Verdict {
 		return NotIncluded
 	}
 	return InScope
+}
+
+// repeatsMoreThan reports whether some segment of path occurs more than n
+// times.
+func repeatsMoreThan(path string, n int) bool {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	if len(segs) <= n {
+		return false
+	}
+	counts := make(map[string]int, len(segs))
+	for _, s := range segs {
+		if s == "" {
+			continue
+		}
+		if counts[s]++; counts[s] > n {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Scope) hostAllowed(u URL) bool {

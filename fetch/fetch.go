@@ -16,7 +16,9 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -27,20 +29,30 @@ type Options struct {
 	ConnectTimeout time.Duration
 	RequestTimeout time.Duration
 	MaxBodyBytes   int64
+	// IdleTimeout aborts a body that sends nothing for this long (a
+	// slow-body trap); 0 means only RequestTimeout applies.
+	IdleTimeout time.Duration
 	// KeepBody keeps the body of HTML responses for link extraction; other
 	// bodies are only hashed and counted.
 	KeepBody bool
+	// KeepAnyType keeps the body whatever its type (robots.txt, sitemaps).
+	KeepAnyType bool
 }
+
+// ErrStalled is the failure of a body that stopped sending for longer than
+// Options.IdleTimeout.
+var ErrStalled = errors.New("body stalled")
 
 // Response is the outcome of one GET.
 type Response struct {
 	Status      int
-	ContentType string // media type, lower case, no parameters
-	Location    string // raw Location header of a redirect
-	Body        []byte // HTML bodies when KeepBody, capped at MaxBodyBytes
-	Length      int64  // bytes read (after decompression)
-	Truncated   bool   // the body was longer than MaxBodyBytes
-	Digest      string // sha256:<hex> of the bytes read
+	ContentType string        // media type, lower case, no parameters
+	Location    string        // raw Location header of a redirect
+	RetryAfter  time.Duration // from a Retry-After header (seconds or a date), 0 if none
+	Body        []byte        // HTML bodies when KeepBody, capped at MaxBodyBytes
+	Length      int64         // bytes read (after decompression)
+	Truncated   bool          // the body was longer than MaxBodyBytes; only that much was read
+	Digest      string        // sha256:<hex> of the bytes read
 	Duration    time.Duration
 	// Err is a transport failure: no status, or the body broke off.
 	Err error
@@ -59,9 +71,10 @@ type Fetcher struct {
 
 type connectTimeoutKey struct{}
 
-// New returns a Fetcher keeping up to idlePerHost idle connections a host.
-func New(idlePerHost int) *Fetcher {
-	base := &net.Dialer{KeepAlive: 30 * time.Second}
+// New returns a Fetcher keeping up to idlePerHost idle connections a host
+// and connecting only where guard allows.
+func New(idlePerHost int, guard Guard) *Fetcher {
+	base := &net.Dialer{KeepAlive: 30 * time.Second, Control: guard.control}
 	transport := &http.Transport{
 		Proxy: nil, // a crawler goes direct; a proxy is an explicit choice
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -109,17 +122,28 @@ func (f *Fetcher) Get(ctx context.Context, url string, o Options) Response {
 	defer resp.Body.Close()
 	r.Status = resp.StatusCode
 	r.Location = resp.Header.Get("Location")
+	r.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	if mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type")); err == nil {
 		r.ContentType = strings.ToLower(mt)
 	}
 	h := sha256.New()
-	keep := o.KeepBody && (r.IsHTML() || r.ContentType == "")
-	r.Body, r.Length, r.Truncated, err = readCapped(resp.Body, o.MaxBodyBytes, h, keep)
+	keep := o.KeepAnyType || o.KeepBody && (r.IsHTML() || r.ContentType == "")
+	var body io.Reader = resp.Body
+	var stalled atomic.Bool
+	if o.IdleTimeout > 0 {
+		idle := time.AfterFunc(o.IdleTimeout, func() { stalled.Store(true); cancel() })
+		defer idle.Stop()
+		body = &idleReader{r: resp.Body, timer: idle, after: o.IdleTimeout}
+	}
+	r.Body, r.Length, r.Truncated, err = readCapped(body, o.MaxBodyBytes, h, keep)
+	if err != nil && stalled.Load() {
+		err = fmt.Errorf("%w: nothing for %v after %d bytes", ErrStalled, o.IdleTimeout, r.Length)
+	}
 	if r.ContentType == "" && len(r.Body) > 0 {
 		// No Content-Type: sniff it, as browsers do.
 		r.ContentType, _, _ = mime.ParseMediaType(http.DetectContentType(r.Body))
 	}
-	if !r.IsHTML() {
+	if !r.IsHTML() && !o.KeepAnyType {
 		r.Body = nil
 	}
 	r.Digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
@@ -128,6 +152,40 @@ func (f *Fetcher) Get(ctx context.Context, url string, o Options) Response {
 		r.Err = fmt.Errorf("read body: %w", err)
 	}
 	return r
+}
+
+// parseRetryAfter reads a Retry-After header: delay-seconds or an
+// HTTP-date.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.Atoi(v); err == nil {
+		if secs < 0 {
+			return 0
+		}
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// idleReader pushes back its timer on every read that yields bytes.
+type idleReader struct {
+	r     io.Reader
+	timer *time.Timer
+	after time.Duration
+}
+
+func (i *idleReader) Read(p []byte) (int, error) {
+	n, err := i.r.Read(p)
+	if n > 0 {
+		i.timer.Reset(i.after)
+	}
+	return n, err
 }
 
 // readCapped reads at most max bytes (after the transport's decompression,
@@ -207,6 +265,9 @@ func permanentTransportError(err error) bool {
 	if errors.As(err, &dnsErr) {
 		return dnsErr.IsNotFound
 	}
+	if errors.Is(err, ErrBlocked) {
+		return true
+	}
 	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return false
@@ -219,6 +280,13 @@ func permanentTransportError(err error) bool {
 // Describe renders a failure for frontier.last_error.
 func Describe(r *Response) string {
 	if r.Err != nil {
+		if errors.Is(r.Err, ErrStalled) {
+			return "timeout: " + r.Err.Error()
+		}
+		var blocked *BlockedError
+		if errors.As(r.Err, &blocked) {
+			return blocked.Error()
+		}
 		var ne net.Error
 		if errors.As(r.Err, &ne) && ne.Timeout() || errors.Is(r.Err, context.DeadlineExceeded) {
 			return "timeout: " + r.Err.Error()

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func TestGetHTMLKeepsBodyAndSendsUserAgent(t *testing.T) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Write([]byte("<a href=/x>x</a>"))
 	})
-	r := New(4).Get(context.Background(), url, opts())
+	r := New(4, Guard{AllowPrivate: true}).Get(context.Background(), url, opts())
 	if r.Err != nil || r.Status != 200 || string(r.Body) != "<a href=/x>x</a>" || !r.IsHTML() || ua != "spiderpool-test" {
 		t.Fatalf("response %+v, user agent %q", r, ua)
 	}
@@ -52,7 +53,7 @@ func TestBodyCapHoldsAfterDecompression(t *testing.T) {
 		w.Header().Set("Content-Encoding", "gzip")
 		w.Write(gz.Bytes())
 	})
-	r := New(4).Get(context.Background(), url, opts())
+	r := New(4, Guard{AllowPrivate: true}).Get(context.Background(), url, opts())
 	if r.Err != nil || r.Length != 1<<10 || !r.Truncated || len(r.Body) != 1<<10 {
 		t.Fatalf("gzip bomb: err %v length %d truncated %v body %d; want capped at 1 KiB", r.Err, r.Length, r.Truncated, len(r.Body))
 	}
@@ -63,7 +64,7 @@ func TestNonHTMLBodyIsHashedNotKept(t *testing.T) {
 		w.Header().Set("Content-Type", "image/png")
 		w.Write([]byte("\x89PNG...."))
 	})
-	r := New(4).Get(context.Background(), url, opts())
+	r := New(4, Guard{AllowPrivate: true}).Get(context.Background(), url, opts())
 	if r.Body != nil || r.Length != 8 || r.IsHTML() || r.ContentType != "image/png" {
 		t.Fatalf("response %+v", r)
 	}
@@ -73,7 +74,7 @@ func TestRedirectIsNotFollowed(t *testing.T) {
 	url := serve(t, func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/elsewhere", http.StatusMovedPermanently)
 	})
-	r := New(4).Get(context.Background(), url, opts())
+	r := New(4, Guard{AllowPrivate: true}).Get(context.Background(), url, opts())
 	if r.Status != 301 || r.Location != "/elsewhere" || Classify(&r, nil) != Done {
 		t.Fatalf("status %d location %q", r.Status, r.Location)
 	}
@@ -113,7 +114,7 @@ func TestTimeoutsAreTransient(t *testing.T) {
 	})
 	o := opts()
 	o.RequestTimeout = 100 * time.Millisecond
-	r := New(4).Get(context.Background(), url, o)
+	r := New(4, Guard{AllowPrivate: true}).Get(context.Background(), url, o)
 	if r.Err == nil || Classify(&r, nil) != Transient || !strings.HasPrefix(Describe(&r), "timeout") {
 		t.Fatalf("slow server: err %v verdict %v describe %q", r.Err, Classify(&r, nil), Describe(&r))
 	}
@@ -126,8 +127,72 @@ func TestRefusedConnectionIsTransient(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	r := New(4).Get(context.Background(), "http://"+addr+"/", opts())
+	r := New(4, Guard{AllowPrivate: true}).Get(context.Background(), "http://"+addr+"/", opts())
 	if r.Err == nil || Classify(&r, nil) != Transient {
 		t.Fatalf("refused: %+v", r)
+	}
+}
+
+func TestGuardRefusesNonPublicAddresses(t *testing.T) {
+	var g Guard
+	for _, a := range []string{"127.0.0.1", "127.8.9.10", "10.0.0.1", "172.16.5.4", "192.168.1.1", "169.254.169.254",
+		"::1", "fe80::1", "fc00::1", "0.0.0.0", "100.64.1.1", "224.0.0.1", "::ffff:127.0.0.1", "::ffff:10.1.2.3", "255.255.255.255"} {
+		if err := g.Check(netip.MustParseAddr(a)); !errors.Is(err, ErrBlocked) {
+			t.Errorf("Check(%s) = %v, want blocked", a, err)
+		}
+	}
+	for _, a := range []string{"93.184.216.34", "8.8.8.8", "2606:4700::6810:85e5", "1.1.1.1"} {
+		if err := g.Check(netip.MustParseAddr(a)); err != nil {
+			t.Errorf("Check(%s) = %v, want allowed", a, err)
+		}
+	}
+	exc := Guard{Allow: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}}
+	if exc.Check(netip.MustParseAddr("10.1.2.3")) != nil || exc.Check(netip.MustParseAddr("10.2.0.1")) == nil {
+		t.Error("allow-list exceptions not applied")
+	}
+	if (Guard{AllowPrivate: true}).Check(netip.MustParseAddr("127.0.0.1")) != nil {
+		t.Error("AllowPrivate does not allow loopback")
+	}
+}
+
+// TestGuardRefusesBeforeConnecting listens on loopback and checks that a
+// guarded fetch never reaches the listener.
+func TestGuardRefusesBeforeConnecting(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+	r := New(4, Guard{}).Get(context.Background(), "http://"+l.Addr().String()+"/", opts())
+	if !errors.Is(r.Err, ErrBlocked) || Classify(&r, nil) != Final || !strings.Contains(Describe(&r), "loopback") {
+		t.Fatalf("guarded fetch: err %v verdict %v describe %q", r.Err, Classify(&r, nil), Describe(&r))
+	}
+	l.Close() // ends Accept; a connection that got through would be counted first
+	select {
+	case <-accepted:
+		t.Fatal("the listener accepted a connection")
+	default:
+	}
+}
+
+func TestStalledBodyTimesOut(t *testing.T) {
+	url := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.Write([]byte("<html>"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // then nothing more
+	})
+	o := opts()
+	o.IdleTimeout = 100 * time.Millisecond
+	r := New(4, Guard{AllowPrivate: true}).Get(context.Background(), url, o)
+	if !errors.Is(r.Err, ErrStalled) || Classify(&r, nil) != Transient || !strings.HasPrefix(Describe(&r), "timeout: ") || !strings.Contains(Describe(&r), "body stalled") {
+		t.Fatalf("stalled body: err %v describe %q", r.Err, Describe(&r))
 	}
 }

@@ -75,8 +75,12 @@ func dialTemporal(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) (client.
 	return c, nil
 }
 
-func newFetcher(cfg config.Config) *fetch.Fetcher {
-	return fetch.New(max(4, cfg.Node.FetchConcurrency/8))
+func newFetcher(cfg config.Config) (*fetch.Fetcher, error) {
+	guard, err := cfg.Node.Guard()
+	if err != nil {
+		return nil, err
+	}
+	return fetch.New(max(4, cfg.Node.FetchConcurrency/8), guard), nil
 }
 
 func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Store, tc client.Client, f *fetch.Fetcher) {

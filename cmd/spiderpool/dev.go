@@ -181,8 +181,10 @@ func (a *app) runDev(ctx context.Context, weights []float64, tport, uiport, pgpo
 			return err
 		}
 		defer logFile.Close()
+		// The dev stack crawls webs on this machine: its nodes opt in to
+		// private addresses, which nodes refuse by default.
 		p := exec.Command(self, "worker", "--node", id, "--weight", strconv.FormatFloat(w, 'g', -1, 64),
-			"--log-level", cfg.LogLevel)
+			"--log-level", cfg.LogLevel, "--allow-private-networks")
 		p.Env = append(os.Environ(),
 			config.EnvDatabaseURL+"="+cfg.DatabaseURL,
 			config.EnvTemporalAddress+"="+cfg.TemporalAddress,

@@ -24,9 +24,28 @@ CREATE TABLE hosts (
     id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     campaign        bigint      NOT NULL REFERENCES campaigns (key) ON DELETE CASCADE,
     shard_key       text        NOT NULL,
+    -- No request may start before this, on any node; leasing skips the
+    -- host until then (politeness delay, Retry-After, robots.txt outage).
     next_allowed_at timestamptz NOT NULL DEFAULT '-infinity',
     last_leased_at  timestamptz,
+    -- The one node fetching from the host now: concurrency and delay hold
+    -- across the cluster because only the claim holder fetches.
+    claim_node      text,
+    claim_until     timestamptz,
+    -- Extra delay learned from repeated 5xx answers.
+    extra_delay_ms  int         NOT NULL DEFAULT 0,
     UNIQUE (campaign, shard_key)
+);
+
+-- robots.txt per origin, as fetched: judged with RFC 9309's status rules.
+CREATE TABLE robots (
+    campaign   bigint      NOT NULL REFERENCES campaigns (key) ON DELETE CASCADE,
+    origin     text        NOT NULL,  -- scheme://host[:port]
+    status     int         NOT NULL,  -- 0: no answer
+    body       bytea       NOT NULL,
+    fetched_at timestamptz NOT NULL DEFAULT now(),
+    expires_at timestamptz NOT NULL,
+    PRIMARY KEY (campaign, origin)
 );
 
 CREATE TABLE frontier (

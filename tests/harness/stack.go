@@ -123,6 +123,7 @@ func (s *Stack) StartNode(short string, weight float64) string {
 	cfg.Node.HeartbeatInterval = time.Second
 	cfg.Node.TTL = 4 * time.Second
 	cfg.Node.DBConns = 8
+	cfg.Node.AllowPrivateNetworks = true // the synthetic webs live on loopback
 	if err := cfg.ValidateNode(); err != nil {
 		s.t.Fatal(err)
 	}

@@ -177,10 +177,15 @@ func (w *Web) Times(host string) []time.Time {
 }
 
 // roll is a deterministic uniform [0,1) draw for (purpose, host, page).
+// FNV alone clusters on keys this alike, so its output is mixed further.
 func (w *Web) roll(purpose string, h, i int) float64 {
 	f := fnv.New64a()
 	fmt.Fprintf(f, "%d/%s/%d/%d", w.cfg.Seed, purpose, h, i)
-	return float64(f.Sum64()>>11) / (1 << 53)
+	z := f.Sum64()
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return float64(z>>11) / (1 << 53)
 }
 
 func (w *Web) isTransient(h, i int) bool {

@@ -1,0 +1,268 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/crawl"
+	"github.com/spiderpool/spiderpool/fetch"
+	"github.com/spiderpool/spiderpool/store"
+)
+
+// fetchOne settles one URL: robots.txt first, then its host's turn, then
+// the request, its verdict and the links it yields. ok is false when the
+// batch stopped before the URL's turn: it was not fetched and goes back.
+func (f *Fetch) fetchOne(ctx context.Context, r *rules, campaignKey int64, c store.ClaimedURL, g *gate, stop <-chan struct{}) (outcome, bool) {
+	spec := &r.spec
+	out := outcome{o: store.Outcome{ID: c.ID}}
+	self, err := crawl.Canonicalize(c.URL)
+	if err != nil { // stored canonical URLs always parse
+		out.o.State, out.o.Error = store.Failed, err.Error()
+		return out, true
+	}
+
+	if !spec.Politeness.IgnoreRobots {
+		rf, err := f.robots.get(ctx, r, campaignKey, self, g, stop)
+		switch {
+		case err == errStopped:
+			return out, false
+		case err != nil:
+			out.o.State, out.o.RetryIn, out.o.Error = store.Pending, 5*time.Second, "robots.txt: "+err.Error()
+			return out, true
+		}
+		if rf.fresh && spec.Sitemaps.Enabled && !rf.robots.Unavailable() {
+			if n := f.loadSitemaps(ctx, r, campaignKey, rf.robots, self, g, stop); n > 0 {
+				out.sitemapURLs = n
+			}
+		}
+		if rf.robots.Unavailable() {
+			// RFC 9309: no robots.txt to be had means no crawling until it
+			// is; the host waits, its URLs stay pending, uncharged.
+			wait := max(time.Until(rf.expires), time.Second)
+			if err := f.store.CoolHost(ctx, campaignKey, c.ShardKey, wait); err != nil {
+				f.log.Warn("pause host", "host", c.ShardKey, "error", err)
+			}
+			out.o.State, out.o.RetryIn = store.Pending, wait
+			out.o.Error = fmt.Sprintf("robots.txt unavailable (%s); host paused", statusText(rf.robots.Status()))
+			return out, true
+		}
+		if !rf.robots.Allowed(self, r.agent) {
+			out.o.State, out.o.Error = store.Excluded, "robots.txt disallows it for "+r.agent
+			return out, true
+		}
+		if d := rf.robots.CrawlDelay(r.agent); d > 0 {
+			g.setCrawlDelay(min(d, spec.Politeness.MaxCrawlDelay.D()))
+		}
+	}
+
+	if !g.turn(ctx, stop) {
+		return out, false
+	}
+	select {
+	case f.slots <- struct{}{}:
+	case <-stop:
+		g.done()
+		return out, false
+	}
+	resp := f.fetcher.Get(ctx, c.URL, fetch.Options{
+		UserAgent:      spec.Politeness.UserAgent,
+		ConnectTimeout: spec.Timeouts.Connect.D(),
+		RequestTimeout: spec.Timeouts.Request.D(),
+		IdleTimeout:    spec.Timeouts.Idle.D(),
+		MaxBodyBytes:   spec.Limits.MaxBodyBytes,
+		KeepBody:       true,
+	})
+	<-f.slots
+	g.observe(ctx, &resp, spec.Politeness.MaxRetryAfter.D())
+	g.done()
+
+	out.o.Attempted, out.o.Status, out.bytes = true, resp.Status, resp.Length
+	switch fetch.Classify(&resp, spec.Retry.NonRetryableStatuses) {
+	case fetch.Transient:
+		attempt := c.Attempts + 1
+		out.o.Error = fetch.Describe(&resp)
+		if attempt < spec.Retry.MaxAttempts {
+			out.o.State = store.Pending
+			out.o.RetryIn = max(backoff(spec.Retry, attempt), min(resp.RetryAfter, spec.Politeness.MaxRetryAfter.D()))
+		} else {
+			out.o.State = store.Failed
+			out.o.Error = fmt.Sprintf("%s (after %d attempts)", out.o.Error, attempt)
+		}
+		return out, true
+	case fetch.Final:
+		out.o.State, out.o.Error = store.Failed, fetch.Describe(&resp)
+		return out, true
+	}
+	if resp.Truncated {
+		// A body past the cap is a trap (or not a page we can use): a
+		// record of failure beats a page cut off at a random byte.
+		out.o.State = store.Failed
+		out.o.Error = fmt.Sprintf("body larger than limits.max_body_bytes (%d bytes)", spec.Limits.MaxBodyBytes)
+		return out, true
+	}
+	out.o.State = store.Fetched
+	page := &store.Page{
+		Status: resp.Status, ContentType: resp.ContentType, ContentLength: resp.Length,
+		Digest: resp.Digest, FetchedAt: time.Now(), Duration: resp.Duration,
+	}
+	out.o.Page = page
+	if resp.Status >= 300 && resp.Status < 400 && resp.Location != "" {
+		target, err := crawl.Resolve(self, resp.Location)
+		if err != nil {
+			page.RedirectTo = "invalid: " + resp.Location
+			return out, true
+		}
+		page.RedirectTo = target.String
+		// A redirect is not a link hop: same depth, one more redirect.
+		if link, ok := f.admit(r, campaignKey, target, resp.Location, c.Depth, c.Redirects+1, c.ID); ok {
+			out.links = append(out.links, link)
+		}
+		return out, true
+	}
+	if !resp.IsHTML() || len(resp.Body) == 0 {
+		return out, true
+	}
+	doc := crawl.ExtractLinks(resp.Body, spec.Limits.MaxLinksPerPage)
+	page.Title, page.Links = doc.Title, len(doc.Links)
+	if doc.Truncated {
+		out.o.Error = fmt.Sprintf("kept the first %d links (limits.max_links_per_page)", len(doc.Links))
+	}
+	if doc.NoFollow {
+		return out, true
+	}
+	base := self
+	if doc.Base != "" {
+		if b, err := crawl.Resolve(self, doc.Base); err == nil {
+			base = b
+		}
+	}
+	seen := make(map[uint64]bool, len(doc.Links))
+	for _, href := range doc.Links {
+		u, err := crawl.Resolve(base, href)
+		if err != nil {
+			continue
+		}
+		fp := u.Fingerprint()
+		if seen[fp] || u.String == self.String {
+			continue
+		}
+		seen[fp] = true
+		if link, ok := f.admit(r, campaignKey, u, href, c.Depth+1, 0, c.ID); ok {
+			out.links = append(out.links, link)
+		}
+	}
+	return out, true
+}
+
+func statusText(status int) string {
+	if status == 0 {
+		return "no answer"
+	}
+	return fmt.Sprintf("HTTP %d", status)
+}
+
+// backoff is the wait before attempt+1: initial × coefficient^(attempt-1),
+// capped.
+func backoff(p campaign.Retry, attempt int) time.Duration {
+	d := float64(p.InitialInterval.D()) * math.Pow(p.BackoffCoefficient, float64(attempt-1))
+	return time.Duration(math.Min(d, float64(p.MaxInterval.D())))
+}
+
+// admit turns a discovered URL into a frontier row: queued if the scope
+// takes it, recorded as excluded (with the reason) if a trap rule stops it,
+// dropped if it is simply off scope.
+func (f *Fetch) admit(r *rules, campaignKey int64, u crawl.URL, raw string, depth, redirects int, parent int64) (store.NewURL, bool) {
+	verdict := r.scope.Check(u, depth)
+	if verdict != crawl.InScope && !verdict.Recorded() {
+		return store.NewURL{}, false
+	}
+	shard := crawl.ShardKey(u, r.shardBy)
+	link := store.NewURL{
+		Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: raw, ShardKey: shard,
+		Depth: depth, Redirects: redirects, ParentID: parent,
+	}
+	limits := r.spec.Limits
+	switch {
+	case verdict != crawl.InScope:
+		link.ExcludedBecause = string(verdict)
+	case redirects > limits.MaxRedirects:
+		link.ExcludedBecause = fmt.Sprintf("redirect chain longer than limits.max_redirects (%d)", limits.MaxRedirects)
+	case u.HasQuery() && !f.queries.admit(campaignKey, shard, link.Fingerprint, limits.MaxQueryURLsPerHost):
+		link.ExcludedBecause = fmt.Sprintf("host has more than limits.max_query_urls_per_host (%d) URLs with a query", limits.MaxQueryURLsPerHost)
+	}
+	return link, true
+}
+
+// queryCaps counts, per host, the distinct URLs with a query string this
+// node has admitted: an endless calendar or faceted search stops at the
+// cap. A host has one owner at a time, so the owner's count is the count;
+// after a remap the new owner starts afresh, which errs towards crawling.
+type queryCaps struct {
+	mu   sync.Mutex
+	seen map[gateKey]map[uint64]struct{}
+}
+
+func (q *queryCaps) admit(campaignKey int64, shard string, fp uint64, limit int) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := gateKey{campaignKey, shard}
+	set := q.seen[k]
+	if set == nil {
+		set = map[uint64]struct{}{}
+		q.seen[k] = set
+	}
+	if _, ok := set[fp]; ok {
+		return true
+	}
+	if len(set) >= limit {
+		return false
+	}
+	set[fp] = struct{}{}
+	return true
+}
+
+// rules is a campaign's compiled spec, cached per node.
+type rules struct {
+	spec    campaign.Spec
+	scope   *crawl.Scope
+	shardBy crawl.ShardBy
+	agent   string // robots.txt product token
+	loaded  time.Time
+}
+
+type rulesCache struct {
+	store *store.Store
+	mu    sync.Mutex
+	byKey map[int64]*rules
+}
+
+// get returns the campaign's rules, reloading them after a minute so a
+// campaign restarted with a new spec is picked up.
+func (c *rulesCache) get(ctx context.Context, key int64) (*rules, error) {
+	c.mu.Lock()
+	r, ok := c.byKey[key]
+	c.mu.Unlock()
+	if ok && time.Since(r.loaded) < time.Minute {
+		return r, nil
+	}
+	spec, err := c.store.CampaignSpec(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	scope, err := spec.CompileScope()
+	if err != nil {
+		return nil, err
+	}
+	r = &rules{
+		spec: spec, scope: scope, shardBy: crawl.ShardBy(spec.Scope.ShardBy),
+		agent: crawl.AgentToken(spec.Politeness.UserAgent), loaded: time.Now(),
+	}
+	c.mu.Lock()
+	c.byKey[key] = r
+	c.mu.Unlock()
+	return r, nil
+}

@@ -1,0 +1,68 @@
+package activities
+
+import (
+	"context"
+
+	"github.com/spiderpool/spiderpool/crawl"
+	"github.com/spiderpool/spiderpool/fetch"
+	"github.com/spiderpool/spiderpool/store"
+)
+
+// maxSitemapDocs caps the sitemap documents (index files included) read
+// for one origin.
+const maxSitemapDocs = 50
+
+// loadSitemaps reads the sitemaps an origin's robots.txt lists, following
+// index files, and adds their in-scope URLs as seeds. Each document is a
+// request to its host like any other: through the gate, body capped, gzip
+// bombs stopped at the cap. It returns how many URLs were new.
+func (f *Fetch) loadSitemaps(ctx context.Context, r *rules, campaignKey int64, robots *crawl.Robots, origin crawl.URL, g *gate, stop <-chan struct{}) int {
+	queue := robots.Sitemaps()
+	budget := r.spec.Sitemaps.MaxURLsPerHost
+	added := 0
+	for docs := 0; len(queue) > 0 && docs < maxSitemapDocs && budget > 0; docs++ {
+		loc, err := crawl.Resolve(origin, queue[0])
+		queue = queue[1:]
+		if err != nil {
+			continue
+		}
+		if !g.turn(ctx, stop) {
+			return added
+		}
+		resp := f.fetcher.Get(ctx, loc.String, fetch.Options{
+			UserAgent: r.spec.Politeness.UserAgent, ConnectTimeout: r.spec.Timeouts.Connect.D(),
+			RequestTimeout: r.spec.Timeouts.Request.D(), IdleTimeout: r.spec.Timeouts.Idle.D(),
+			MaxBodyBytes: r.spec.Limits.MaxBodyBytes, KeepBody: true, KeepAnyType: true,
+		})
+		g.observe(ctx, &resp, r.spec.Politeness.MaxRetryAfter.D())
+		g.done()
+		if resp.Err != nil || resp.Status != 200 {
+			f.log.Info("sitemap not read", "sitemap", loc.String, "status", resp.Status, "error", resp.Err)
+			continue
+		}
+		sm, err := crawl.ParseSitemap(resp.Body, budget, r.spec.Limits.MaxBodyBytes)
+		if err != nil {
+			f.log.Info("sitemap not parsed", "sitemap", loc.String, "error", err)
+			continue
+		}
+		queue = append(queue, sm.Sitemaps...)
+		var urls []store.NewURL
+		for _, raw := range sm.URLs {
+			u, err := crawl.Resolve(loc, raw)
+			if err != nil {
+				continue
+			}
+			if link, ok := f.admit(r, campaignKey, u, raw, 0, 0, 0); ok {
+				urls = append(urls, link)
+			}
+		}
+		budget -= len(sm.URLs)
+		n, err := f.store.InsertURLs(ctx, campaignKey, urls)
+		if err != nil {
+			f.log.Warn("add sitemap URLs", "sitemap", loc.String, "error", err)
+			continue
+		}
+		added += n
+	}
+	return added
+}

@@ -1,0 +1,111 @@
+package fetch
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+)
+
+// Guard decides which addresses a fetch may connect to. It runs at dial
+// time, after DNS, on every address tried, so neither a hostname that
+// resolves inward nor a redirect to one gets a connection. The zero value
+// refuses every non-public address.
+type Guard struct {
+	// AllowPrivate lets fetches reach loopback, private, link-local and
+	// other non-public addresses: for the dev stack and tests, whose webs
+	// live on 127.0.0.0/8.
+	AllowPrivate bool
+	// Allow lists exceptions that may be reached even when AllowPrivate is
+	// off, such as an intranet range a campaign is meant to crawl.
+	Allow []netip.Prefix
+}
+
+// BlockedError is a connection the guard refused.
+type BlockedError struct {
+	Addr   netip.Addr
+	Reason string
+}
+
+func (e *BlockedError) Error() string {
+	return fmt.Sprintf("refused to connect to %s: %s address (nodes reach such addresses only with --allow-private-networks or --allow-network)", e.Addr, e.Reason)
+}
+
+// ErrBlocked matches any BlockedError with errors.Is.
+var ErrBlocked = errors.New("address blocked")
+
+func (e *BlockedError) Is(target error) bool { return target == ErrBlocked }
+
+// nonPublic are ranges no public web server uses, beyond what net/netip
+// names (loopback, private, link-local, multicast, unspecified).
+var nonPublic = []struct {
+	prefix netip.Prefix
+	reason string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), "this-network"},
+	{netip.MustParsePrefix("100.64.0.0/10"), "carrier-grade NAT"},
+	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol"},
+	{netip.MustParsePrefix("192.0.2.0/24"), "documentation"},
+	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},
+	{netip.MustParsePrefix("198.51.100.0/24"), "documentation"},
+	{netip.MustParsePrefix("203.0.113.0/24"), "documentation"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "local NAT64"},
+	{netip.MustParsePrefix("100::/64"), "discard"},
+	{netip.MustParsePrefix("2001:db8::/32"), "documentation"},
+	{netip.MustParsePrefix("fc00::/7"), "unique local"},
+}
+
+// Check returns a BlockedError for an address the guard refuses.
+func (g Guard) Check(a netip.Addr) error {
+	a = a.Unmap()
+	for _, p := range g.Allow {
+		if p.Contains(a) {
+			return nil
+		}
+	}
+	if g.AllowPrivate {
+		return nil
+	}
+	var reason string
+	switch {
+	case a.IsLoopback():
+		reason = "loopback"
+	case a.IsPrivate():
+		reason = "private"
+	case a.IsLinkLocalUnicast():
+		reason = "link-local" // 169.254.169.254, the cloud metadata service, among them
+	case a.IsMulticast() || a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast():
+		reason = "multicast"
+	case a.IsUnspecified():
+		reason = "unspecified"
+	case a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		reason = "broadcast"
+	default:
+		for _, r := range nonPublic {
+			if r.prefix.Contains(a) {
+				reason = r.reason
+				break
+			}
+		}
+	}
+	if reason == "" {
+		return nil
+	}
+	return &BlockedError{Addr: a, Reason: reason}
+}
+
+// control is a net.Dialer Control hook: it runs after the address is
+// resolved and before connect(2), so a refused address sees no packet.
+func (g Guard) control(_, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return fmt.Errorf("dial %s: not an IP address", address)
+	}
+	return g.Check(a)
+}
