@@ -274,4 +274,3 @@ func heartbeatLoop(ctx context.Context, done <-chan struct{}, timeout time.Durat
 		activity.RecordHeartbeat(ctx, snapshot())
 	}
 }
-

@@ -375,8 +375,8 @@ func (s Spec) Normalize() (Spec, error) {
 // CompileScope builds the scope rules of a normalised spec.
 func (s Spec) CompileScope() (*crawl.Scope, error) {
 	sc := &crawl.Scope{
-		Hosts:        slices.Clone(s.Scope.Hosts),
-		Domains:      slices.Clone(s.Scope.AllowedDomains),
+		Hosts:          slices.Clone(s.Scope.Hosts),
+		Domains:        slices.Clone(s.Scope.AllowedDomains),
 		MaxDepth:       *s.Limits.MaxDepth,
 		MaxURLLength:   s.Limits.MaxURLLength,
 		MaxPathRepeats: s.Limits.MaxPathRepeats,
