@@ -34,6 +34,10 @@ func (f *Fetch) fetchOne(ctx context.Context, r *rules, campaignKey int64, c sto
 			out.o.State, out.o.RetryIn, out.o.Error = store.Pending, 5*time.Second, "robots.txt: "+err.Error()
 			return out, true
 		}
+		if rf.refused != "" {
+			out.o.State, out.o.Attempted, out.o.Error = store.Failed, true, rf.refused
+			return out, true
+		}
 		if rf.fresh && spec.Sitemaps.Enabled && !rf.robots.Unavailable() {
 			if n := f.loadSitemaps(ctx, r, campaignKey, rf.robots, self, g, stop); n > 0 {
 				out.sitemapURLs = n

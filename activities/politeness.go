@@ -39,7 +39,7 @@ func newPoliteness(node string, st *store.Store, log *slog.Logger) *politeness {
 
 const (
 	minBackoff = 250 * time.Millisecond // first extra delay after a 5xx
-	maxBackoff = 30 * time.Second       // most extra delay 5xx answers earn
+	maxBackoff = 10 * time.Second       // most extra delay 5xx answers earn
 )
 
 // gate returns the host's gate, created on first use. The spec's
@@ -91,7 +91,10 @@ type gate struct {
 	delay   time.Duration // max(min_delay, robots.txt Crawl-delay)
 	extra   time.Duration // learned from 5xx answers
 	errRate float64       // moving average of server errors among answers
+	answers int           // answers seen, for errRate to mean something
+	slowed  time.Time     // when extra last grew
 	next    time.Time     // earliest start of the next request
+	last    time.Time     // start of the latest request
 	users   int           // URLs between enter and leave
 	claimed bool
 	renewed time.Time
@@ -132,11 +135,27 @@ func (g *gate) leave(ctx context.Context) {
 }
 
 // setCrawlDelay applies a robots.txt Crawl-delay (already capped): it can
-// only slow the host below min_delay's pace, never speed it.
+// only slow the host below min_delay's pace, never speed it. It counts from
+// the latest request, which may be the robots.txt fetch that told it.
 func (g *gate) setCrawlDelay(d time.Duration) {
 	g.mu.Lock()
-	g.delay = max(g.minDelay, d)
-	g.mu.Unlock()
+	defer g.mu.Unlock()
+	if g.delay = max(g.minDelay, d); !g.last.IsZero() {
+		if n := g.last.Add(spacing(g.delay, g.extra)); n.After(g.next) {
+			g.next = n
+		}
+	}
+}
+
+// spacing is the least time between two starts: the delay with a margin
+// of 1% and a millisecond, so the host sees at least the delay between
+// arrivals whatever the jitter of connection set-up.
+func spacing(delay, extra time.Duration) time.Duration {
+	d := delay + extra
+	if d <= 0 {
+		return 0
+	}
+	return d + d/100 + time.Millisecond
 }
 
 // turn waits for the host's claim, a concurrency slot and the host's delay.
@@ -169,9 +188,9 @@ func (g *gate) turn(ctx context.Context, stop <-chan struct{}) bool {
 				return false
 			}
 		}
-		spacing := g.delay + g.extra
-		g.next = now.Add(spacing)
-		renew := time.Since(g.renewed) > g.claimTTL/3 || spacing >= g.claimTTL/2
+		gap := spacing(g.delay, g.extra)
+		g.next, g.last = now.Add(gap), now
+		renew := time.Since(g.renewed) > g.claimTTL/3 || gap >= g.claimTTL/2
 		g.mu.Unlock()
 		// A long delay is written down before the request, so a node that
 		// takes over after this one dies still keeps it.
@@ -250,14 +269,17 @@ func (g *gate) renew(ctx context.Context) bool {
 	return ok
 }
 
-// Adaptive slowing: the moving average of server errors (weight errAlpha
-// per answer) above errSlow doubles the extra delay; below errFast halves
-// it. A few failing pages do not slow a healthy host; a struggling host
-// is given room.
+// Adaptive slowing: once errMinAnswers answers are in, a moving average of
+// server errors (weight errAlpha per answer) above errSlow doubles the
+// extra delay, at most once per second or per extra delay, whichever is
+// longer, so one burst of concurrent answers counts once; below errFast
+// it halves. A few failing pages do not slow a healthy host; a struggling
+// host is given room.
 const (
-	errAlpha = 0.2
-	errSlow  = 0.5
-	errFast  = 0.2
+	errAlpha      = 0.2
+	errSlow       = 0.5
+	errFast       = 0.2
+	errMinAnswers = 8
 )
 
 // observe adapts the host's pace to an answer: a Retry-After (429, 503) or
@@ -269,6 +291,7 @@ func (g *gate) observe(ctx context.Context, r *fetch.Response, maxRetryAfter tim
 	var pause time.Duration
 	serverError := r.Status >= 500 || r.Status == http.StatusTooManyRequests || (r.Status == 0 && r.Err != nil)
 	g.errRate = (1-errAlpha)*g.errRate + errAlpha*boolFloat(serverError)
+	g.answers++
 
 	switch {
 	case r.RetryAfter > 0 && (r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable):
@@ -277,8 +300,9 @@ func (g *gate) observe(ctx context.Context, r *fetch.Response, maxRetryAfter tim
 		pause = min(max(time.Second, g.extra), maxRetryAfter)
 	}
 	switch {
-	case serverError && g.errRate > errSlow:
+	case serverError && g.errRate > errSlow && g.answers >= errMinAnswers && time.Since(g.slowed) > max(time.Second, g.extra):
 		g.extra = min(max(2*g.extra, minBackoff), maxBackoff)
+		g.slowed = time.Now()
 	case g.errRate < errFast:
 		if g.extra /= 2; g.extra < 50*time.Millisecond {
 			g.extra = 0

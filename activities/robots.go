@@ -35,6 +35,7 @@ type robotsKey struct {
 
 type robotsEntry struct {
 	robots  *crawl.Robots
+	refused string
 	expires time.Time
 }
 
@@ -50,7 +51,14 @@ type robotsFetch struct {
 	robots  *crawl.Robots
 	expires time.Time
 	fresh   bool // fetched from the origin just now (so sitemaps are read once)
+	// refused is set when the origin cannot be reached for good (its
+	// address is blocked, its host does not exist): its URLs fail with it.
+	refused string
 }
+
+// refusedFor is how long an origin found unreachable for good is
+// remembered, so its other URLs fail without asking again.
+const refusedFor = time.Minute
 
 // get returns the origin's robots.txt and when it expires.
 func (c *robotsCache) get(ctx context.Context, r *rules, campaignKey int64, u crawl.URL, g *gate, stop <-chan struct{}) (robotsFetch, error) {
@@ -59,7 +67,7 @@ func (c *robotsCache) get(ctx context.Context, r *rules, campaignKey int64, u cr
 	e, ok := c.entries[k]
 	c.mu.Unlock()
 	if ok && time.Now().Before(e.expires) {
-		return robotsFetch{robots: e.robots, expires: e.expires}, nil
+		return robotsFetch{robots: e.robots, refused: e.refused, expires: e.expires}, nil
 	}
 	v, err, shared := c.flight.Do(fmt.Sprintf("%d|%s", k.campaign, k.origin), func() (any, error) {
 		return c.load(ctx, r, k, g, stop)
@@ -85,8 +93,13 @@ func (c *robotsCache) load(ctx context.Context, r *rules, k robotsKey, g *gate, 
 	if !g.turn(ctx, stop) {
 		return robotsFetch{}, errStopped
 	}
-	status, body := c.fetchFile(ctx, r, k.origin+"/robots.txt", g)
+	status, body, refused := c.fetchFile(ctx, r, k.origin+"/robots.txt", g)
 	g.done()
+	if refused != "" {
+		rf := robotsFetch{refused: refused, expires: time.Now().Add(refusedFor)}
+		c.remember(k, rf)
+		return rf, nil
+	}
 	robots := crawl.ParseRobots(status, body)
 	ttl := r.spec.Politeness.RobotsTTL.D()
 	if robots.Unavailable() {
@@ -104,8 +117,8 @@ func (c *robotsCache) load(ctx context.Context, r *rules, k robotsKey, g *gate, 
 const maxRobotsRedirects = 5
 
 // fetchFile GETs a robots.txt, following redirects itself; status 0 means
-// no answer.
-func (c *robotsCache) fetchFile(ctx context.Context, r *rules, url string, g *gate) (int, []byte) {
+// no answer. refused says why, when the failure is one no retry will fix.
+func (c *robotsCache) fetchFile(ctx context.Context, r *rules, url string, g *gate) (status int, body []byte, refused string) {
 	for range maxRobotsRedirects + 1 {
 		resp := c.fetcher.Get(ctx, url, fetch.Options{
 			UserAgent: r.spec.Politeness.UserAgent, ConnectTimeout: r.spec.Timeouts.Connect.D(),
@@ -114,23 +127,26 @@ func (c *robotsCache) fetchFile(ctx context.Context, r *rules, url string, g *ga
 		})
 		g.observe(ctx, &resp, r.spec.Politeness.MaxRetryAfter.D())
 		if resp.Err != nil {
-			return 0, nil
+			if fetch.Classify(&resp, nil) == fetch.Final {
+				return 0, nil, fetch.Describe(&resp)
+			}
+			return 0, nil, ""
 		}
 		if resp.Status >= 300 && resp.Status < 400 && resp.Location != "" {
 			base, err := crawl.Canonicalize(url)
 			if err != nil {
-				return 0, nil
+				return 0, nil, ""
 			}
 			next, err := crawl.Resolve(base, resp.Location)
 			if err != nil {
-				return 0, nil
+				return 0, nil, ""
 			}
 			url = next.String
 			continue
 		}
-		return resp.Status, resp.Body
+		return resp.Status, resp.Body, ""
 	}
-	return 0, nil // a redirect loop: as unreachable
+	return 0, nil, "" // a redirect loop: as unreachable
 }
 
 func (c *robotsCache) remember(k robotsKey, rf robotsFetch) {
@@ -144,5 +160,5 @@ func (c *robotsCache) remember(k robotsKey, rf robotsFetch) {
 			}
 		}
 	}
-	c.entries[k] = robotsEntry{robots: rf.robots, expires: rf.expires}
+	c.entries[k] = robotsEntry{robots: rf.robots, refused: rf.refused, expires: rf.expires}
 }

@@ -144,6 +144,7 @@ func (c *Config) NodeFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&n.Weight, "weight", n.Weight, "share of hosts relative to other nodes; 0 takes none (env "+EnvNodeWeight+")")
 	fs.IntVar(&n.FetchConcurrency, "fetch-concurrency", n.FetchConcurrency, "simultaneous HTTP requests on this node")
 	fs.IntVar(&n.MaxBatches, "max-batches", n.MaxBatches, "fetch batches running at once on this node")
+	fs.DurationVar(&n.HeartbeatInterval, "heartbeat-interval", n.HeartbeatInterval, "how often the node renews its registry row")
 	fs.DurationVar(&n.TTL, "ttl", n.TTL, "registry heartbeat age past which campaigns treat this node as dead")
 	fs.IntVar(&n.DBConns, "db-conns", n.DBConns, "Postgres connections of this node")
 	if v, err := strconv.ParseBool(os.Getenv(EnvAllowPrivate)); err == nil {

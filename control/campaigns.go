@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/store"
 )
 
 // Campaigns starts and steers campaign workflows.
@@ -178,4 +179,36 @@ func Watch(ctx context.Context, c *Campaigns, id string, every time.Duration, re
 			}
 		}
 	}
+}
+
+// RetryFailed puts the campaign's failed URLs back to pending, attempts
+// reset, and makes sure a run fetches them: the running one, or a new run
+// of the campaign (same ID, its stored spec) if it had finished. It
+// returns how many URLs were re-queued and whether a new run started.
+func (c *Campaigns) RetryFailed(ctx context.Context, st *store.Store, id string) (int, bool, error) {
+	key, err := st.CampaignKey(ctx, id)
+	if err != nil {
+		return 0, false, err
+	}
+	n, err := st.RetryFailed(ctx, key)
+	if err != nil {
+		return 0, false, err
+	}
+	desc, err := c.Client.DescribeWorkflowExecution(ctx, id, "")
+	if err == nil && desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		// Awake it, should it be idling until something is due.
+		_, _ = c.Resume(ctx, id)
+		return n, false, nil
+	}
+	if n == 0 {
+		return 0, false, nil
+	}
+	spec, err := st.CampaignSpec(ctx, key)
+	if err != nil {
+		return n, false, err
+	}
+	if _, err := c.Start(ctx, id, spec); err != nil {
+		return n, false, err
+	}
+	return n, true, nil
 }

@@ -51,7 +51,7 @@ func (a *app) campaignCmd() *cobra.Command {
 		Use:   "campaign",
 		Short: "Start, inspect and steer crawl campaigns",
 	}
-	cmd.AddCommand(a.startCmd(), a.statusCmd(), a.watchCmd(), a.signalCmd(), a.cancelCmd())
+	cmd.AddCommand(a.startCmd(), a.statusCmd(), a.watchCmd(), a.signalCmd(), a.cancelCmd(), a.retryFailedCmd())
 	return cmd
 }
 
@@ -256,6 +256,38 @@ func (a *app) cancelCmd() *cobra.Command {
 				return err
 			}
 			fmt.Printf("%s: cancellation requested\n", args[0])
+			return nil
+		}),
+	}
+}
+
+func (a *app) retryFailedCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "retry-failed ID",
+		Short: "Re-queue a campaign's failed URLs (attempts reset) and fetch them again",
+		Long: `Re-queue every URL of the campaign that ended failed, with its attempts reset.
+A running campaign picks them up; a finished one is started again under the
+same ID with its stored spec, and fetches only what is pending.`,
+		Example: "  spiderpool campaign retry-failed my-crawl",
+		Args:    cobra.ExactArgs(1),
+		RunE: a.withCampaigns(func(ctx context.Context, cs *control.Campaigns, args []string) error {
+			st, err := a.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			n, restarted, err := cs.RetryFailed(ctx, st, args[0])
+			if err != nil {
+				return err
+			}
+			switch {
+			case n == 0:
+				fmt.Printf("%s: no failed URLs\n", args[0])
+			case restarted:
+				fmt.Printf("%s: re-queued %d failed URL(s); the campaign is running again\n", args[0], n)
+			default:
+				fmt.Printf("%s: re-queued %d failed URL(s); the running campaign picks them up\n", args[0], n)
+			}
 			return nil
 		}),
 	}

@@ -117,6 +117,12 @@ func (s *Stack) NodeID(short string) string { return s.Name + "-" + short }
 // StartNode runs a node in-process and waits until it is registered.
 func (s *Stack) StartNode(short string, weight float64) string {
 	s.t.Helper()
+	return s.StartNodeWith(short, weight, nil)
+}
+
+// StartNodeWith is StartNode with the node's configuration edited first.
+func (s *Stack) StartNodeWith(short string, weight float64, edit func(*config.Config)) string {
+	s.t.Helper()
 	cfg := s.Config
 	cfg.Node.ID = s.NodeID(short)
 	cfg.Node.Weight = weight
@@ -124,6 +130,9 @@ func (s *Stack) StartNode(short string, weight float64) string {
 	cfg.Node.TTL = 4 * time.Second
 	cfg.Node.DBConns = 8
 	cfg.Node.AllowPrivateNetworks = true // the synthetic webs live on loopback
+	if edit != nil {
+		edit(&cfg)
+	}
 	if err := cfg.ValidateNode(); err != nil {
 		s.t.Fatal(err)
 	}

@@ -7,10 +7,8 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,37 +18,8 @@ import (
 	"github.com/spiderpool/spiderpool/tests/synthweb"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// spiderpoolBin builds the CLI once per test binary.
-func spiderpoolBin(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "spiderpool-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		root, err := devstack.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "spiderpool")
-		out, err := exec.Command("go", "build", "-o", binPath, filepath.Join(root, "cmd", "spiderpool")).CombinedOutput()
-		if err != nil {
-			buildErr = errors.New(string(out))
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("build spiderpool: %v", buildErr)
-	}
-	return binPath
-}
+// spiderpoolBin is the CLI, built once.
+func spiderpoolBin(t *testing.T) string { return harness.Binary(t) }
 
 type result struct {
 	stdout, stderr string

@@ -39,6 +39,21 @@ type Config struct {
 	DeadLinkFraction float64
 	// PageBytes pads each page body to about this size.
 	PageBytes int
+	// Custom serves these paths of host h instead of generated pages
+	// ("/robots.txt", traps, ...). A path ending in "/" matches by prefix.
+	Custom map[int]map[string]http.HandlerFunc
+	// ExtraLinks are added to the root page of host h.
+	ExtraLinks map[int][]string
+	// Intercept sees every request to host h first; returning true means it
+	// answered (a 429, say) and the normal page is not served.
+	Intercept map[int]func(http.ResponseWriter, *http.Request) bool
+}
+
+// Request is one entry of the access log.
+type Request struct {
+	At     time.Time
+	Path   string // with ?query when there is one
+	Status int
 }
 
 // Web is a running synthetic web.
@@ -51,7 +66,9 @@ type Web struct {
 	mu       sync.Mutex
 	hits     map[string]int         // "host:port/path" -> requests
 	times    map[string][]time.Time // host:port -> request arrival times
+	log      map[string][]Request   // host:port -> requests in order
 	failures map[string]int         // transient failures served per page
+	revived  bool                   // dead links answer 200 now
 }
 
 // Start serves cfg on loopback.
@@ -59,7 +76,7 @@ func Start(cfg Config) (*Web, error) {
 	if cfg.Hosts < 1 || cfg.Pages < cfg.Hosts {
 		return nil, fmt.Errorf("synthweb: need at least one page per host, got %d pages over %d hosts", cfg.Pages, cfg.Hosts)
 	}
-	w := &Web{cfg: cfg, hits: map[string]int{}, times: map[string][]time.Time{}, failures: map[string]int{}}
+	w := &Web{cfg: cfg, hits: map[string]int{}, times: map[string][]time.Time{}, log: map[string][]Request{}, failures: map[string]int{}}
 	for h := range cfg.Hosts {
 		w.perHost = append(w.perHost, cfg.Pages/cfg.Hosts+boolInt(h < cfg.Pages%cfg.Hosts))
 	}
@@ -176,6 +193,21 @@ func (w *Web) Times(host string) []time.Time {
 	return slices.Clone(w.times[host])
 }
 
+// Log returns host's requests in arrival order, with the status served.
+func (w *Web) Log(host string) []Request {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.log[host])
+}
+
+// Revive makes the dead links answer 200 from now on, like a site that
+// fixed its broken pages.
+func (w *Web) Revive() {
+	w.mu.Lock()
+	w.revived = true
+	w.mu.Unlock()
+}
+
 // roll is a deterministic uniform [0,1) draw for (purpose, host, page).
 // FNV alone clusters on keys this alike, so its output is mixed further.
 func (w *Web) roll(purpose string, h, i int) float64 {
@@ -245,21 +277,77 @@ func (w *Web) links(h, i int) []string {
 	if w.hasDeadLink(h, i) {
 		out = append(out, deadPath(i))
 	}
+	if i == 0 {
+		out = append(out, w.cfg.ExtraLinks[h]...)
+	}
 	return out
+}
+
+// statusRecorder notes the status a handler sends.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 func (w *Web) handler(h int) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		host := w.hosts[h]
+		key := r.URL.Path
+		if r.URL.RawQuery != "" {
+			key += "?" + r.URL.RawQuery
+		}
+		at := time.Now()
 		w.mu.Lock()
-		w.hits[host+r.URL.Path]++
-		w.times[host] = append(w.times[host], time.Now())
+		w.hits[host+key]++
+		w.times[host] = append(w.times[host], at)
 		w.mu.Unlock()
+		rec := &statusRecorder{ResponseWriter: rw}
+		defer func() {
+			w.mu.Lock()
+			w.log[host] = append(w.log[host], Request{At: at, Path: key, Status: rec.status})
+			w.mu.Unlock()
+		}()
+		rw = rec
 		if w.cfg.Latency > 0 {
 			time.Sleep(w.cfg.Latency)
 		}
+		if intercept := w.cfg.Intercept[h]; intercept != nil && intercept(rw, r) {
+			return
+		}
+		if fn := w.custom(h, r.URL.Path); fn != nil {
+			fn(rw, r)
+			return
+		}
 		i, err := pageIndex(r.URL.Path)
 		if err != nil || i >= w.perHost[h] {
+			w.mu.Lock()
+			revived := w.revived
+			w.mu.Unlock()
+			if revived && strings.HasPrefix(r.URL.Path, "/missing/") {
+				rw.Header().Set("Content-Type", "text/html")
+				fmt.Fprint(rw, "<html><title>back</title><body>fixed</body></html>")
+				return
+			}
 			http.NotFound(rw, r)
 			return
 		}
@@ -287,6 +375,20 @@ func (w *Web) handler(h int) http.Handler {
 		b.WriteString("</body></html>\n")
 		_, _ = rw.Write([]byte(b.String()))
 	})
+}
+
+// custom finds a Config.Custom handler for path on host h.
+func (w *Web) custom(h int, path string) http.HandlerFunc {
+	routes := w.cfg.Custom[h]
+	if fn, ok := routes[path]; ok {
+		return fn
+	}
+	for p, fn := range routes {
+		if strings.HasSuffix(p, "/") && strings.HasPrefix(path, p) {
+			return fn
+		}
+	}
+	return nil
 }
 
 var errNotAPage = errors.New("not a page")

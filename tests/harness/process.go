@@ -1,0 +1,150 @@
+package harness
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spiderpool/spiderpool/config"
+	"github.com/spiderpool/spiderpool/devstack"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Binary builds the spiderpool CLI once per test binary and returns its
+// path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "spiderpool-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		atExit(func() { _ = os.RemoveAll(dir) })
+		root, err := devstack.RepoRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "spiderpool")
+		out, err := exec.Command("go", "build", "-o", binPath, filepath.Join(root, "cmd", "spiderpool")).CombinedOutput()
+		if err != nil {
+			buildErr = errors.New(string(out))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build spiderpool: %v", buildErr)
+	}
+	return binPath
+}
+
+// NodeProcess is a node run as its own `spiderpool worker` process, to be
+// stopped or killed for real.
+type NodeProcess struct {
+	ID   string
+	cmd  *exec.Cmd
+	done chan error
+	log  string
+}
+
+// StartNodeProcess runs `spiderpool worker` for this stack and waits until
+// the node is registered. extra are more worker flags.
+func (s *Stack) StartNodeProcess(short string, weight float64, extra ...string) *NodeProcess {
+	s.t.Helper()
+	id := s.NodeID(short)
+	logPath := filepath.Join(s.t.TempDir(), id+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	args := append([]string{"worker", "--node", id, "--weight", strconv.FormatFloat(weight, 'g', -1, 64),
+		"--heartbeat-interval", "1s", "--ttl", "4s", "--allow-private-networks", "--db-conns", "8", "--log-level", "info"}, extra...)
+	cmd := exec.Command(Binary(s.t), args...)
+	cmd.Env = append(os.Environ(),
+		config.EnvDatabaseURL+"="+s.Config.DatabaseURL,
+		config.EnvTemporalAddress+"="+s.Config.TemporalAddress,
+		config.EnvControlQueue+"="+s.Config.ControlQueue)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	p := &NodeProcess{ID: id, cmd: cmd, done: make(chan error, 1), log: logPath}
+	go func() { p.done <- cmd.Wait(); logFile.Close() }()
+	s.t.Cleanup(func() { p.Kill() })
+	Eventually(s.t, time.Minute, "node "+id+" to register", func() bool {
+		select {
+		case err := <-p.done:
+			p.done <- err
+			s.t.Fatalf("node %s exited: %v\n%s", id, err, p.Log())
+		default:
+		}
+		nodes, err := s.Store.Nodes(context.Background(), []string{id})
+		return err == nil && len(nodes) == 1 && nodes[0].Alive
+	})
+	return p
+}
+
+// PID is the process ID.
+func (p *NodeProcess) PID() int { return p.cmd.Process.Pid }
+
+// Log returns what the node wrote.
+func (p *NodeProcess) Log() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
+}
+
+// PeakRSS is the process's peak resident set (VmHWM), in bytes.
+func (p *NodeProcess) PeakRSS() (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.PID()))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc status")
+}
+
+// Stop sends SIGTERM (a clean stop: unfetched URLs go back) and waits.
+func (p *NodeProcess) Stop() error { return p.signal(syscall.SIGTERM) }
+
+// Kill sends SIGKILL, as a crash would, and waits.
+func (p *NodeProcess) Kill() error { return p.signal(syscall.SIGKILL) }
+
+func (p *NodeProcess) signal(sig syscall.Signal) error {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return nil // already gone
+	default:
+	}
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case err := <-p.done:
+		p.done <- err
+	case <-time.After(time.Minute):
+		_ = p.cmd.Process.Kill()
+	}
+	return nil
+}
