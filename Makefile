@@ -64,6 +64,7 @@ dev: tools build
 
 histories: tools
 	SPIDERPOOL_RECORD_HISTORIES=1 $(GO) test -count=1 -run 'TestCrawlFetchesEveryPageExactlyOnce|TestReweightAndDrainMidCampaign|TestTemporalCLIStartsCampaignWithDefaults' ./tests/integration/
+	SPIDERPOOL_RECORD_HISTORIES=1 $(GO) test -count=1 -run 'TestKilledNodeLosesNothing|TestDrainThenStop' ./tests/chaos/
 	$(GO) test -count=1 -run TestReplayRecordedHistories ./workflows/
 
 FUZZTIME ?= 30s

@@ -59,10 +59,12 @@ const (
 
 // outcome is one URL's result before it is committed.
 type outcome struct {
-	o           store.Outcome
-	links       []store.NewURL
-	bytes       int64
-	sitemapURLs int // new URLs its host's sitemaps added
+	o              store.Outcome
+	links          []store.NewURL
+	bytes          int64
+	sitemapURLs    int // new URLs its host's sitemaps added
+	requestMs      int64
+	transportError bool // no answer: counts against the node's health
 }
 
 // FetchBatch fetches the batch's URLs that are still leased to it, commits
@@ -82,10 +84,38 @@ func (f *Fetch) FetchBatch(ctx context.Context, req campaign.FetchBatchRequest) 
 	}
 	holder := fmt.Sprintf("%s/r%d/a%d.%d", f.node, req.Route, req.Attempt, info.Attempt)
 	ttl := r.spec.Dispatch.LeaseTTL.D()
-	claimed, err := f.store.Claim(ctx, req.CampaignKey, req.LeaseID, req.IDs, holder, f.node, ttl)
+	holderTTL := r.spec.Dispatch.HeartbeatTimeout.D() / 2
+	claimed, err := f.store.Claim(ctx, req.CampaignKey, req.LeaseID, req.IDs, holder, f.node, ttl, holderTTL)
 	if err != nil {
 		return campaign.BatchResult{}, batchFailed(err, progress)
 	}
+	// Keep this batch alive in Postgres while it runs, whatever Temporal
+	// says: a batch cut off from Temporal but not from Postgres finishes
+	// its URLs, and the rerouted copy finds nothing to take from it.
+	holderCtx, stopHolder := context.WithCancel(context.WithoutCancel(ctx))
+	holderDone := make(chan struct{})
+	go func() {
+		defer close(holderDone)
+		t := time.NewTicker(holderTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-holderCtx.Done():
+				return
+			case <-t.C:
+				if err := f.store.RenewHolder(holderCtx, holder, holderTTL); err != nil && holderCtx.Err() == nil {
+					log.Warn("renew batch holder", "error", err)
+				}
+			}
+		}
+	}()
+	defer func() {
+		stopHolder()
+		<-holderDone
+		if err := f.store.DropHolder(context.WithoutCancel(ctx), holder); err != nil {
+			log.Warn("drop batch holder", "error", err)
+		}
+	}()
 	progress.Skipped += len(req.IDs) - len(claimed)
 	var mu sync.Mutex // guards progress against the heartbeat loop
 	snapshot := func() campaign.BatchResult { mu.Lock(); defer mu.Unlock(); return progress }
@@ -239,6 +269,13 @@ func (f *Fetch) commit(ctx context.Context, key int64, holder string, chunk []ou
 			continue
 		}
 		r.Bytes += o.bytes
+		if o.o.Attempted {
+			r.Requests++
+			r.RequestMillis += o.requestMs
+			if o.transportError {
+				r.TransportErrors++
+			}
+		}
 		switch o.o.State {
 		case store.Fetched:
 			r.Fetched++

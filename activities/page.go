@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -72,7 +73,10 @@ func (f *Fetch) fetchOne(ctx context.Context, r *rules, campaignKey int64, c sto
 		g.done()
 		return out, false
 	}
-	resp := f.fetcher.Get(ctx, c.URL, fetch.Options{
+	// Once sent, a request runs to its end and its result is committed,
+	// even if the batch is cancelled: dropping it would make the page be
+	// fetched again.
+	resp := f.fetcher.Get(context.WithoutCancel(ctx), c.URL, fetch.Options{
 		UserAgent:      spec.Politeness.UserAgent,
 		ConnectTimeout: spec.Timeouts.Connect.D(),
 		RequestTimeout: spec.Timeouts.Request.D(),
@@ -85,6 +89,10 @@ func (f *Fetch) fetchOne(ctx context.Context, r *rules, campaignKey int64, c sto
 	g.done()
 
 	out.o.Attempted, out.o.Status, out.bytes = true, resp.Status, resp.Length
+	out.requestMs = resp.Duration.Milliseconds()
+	// Only failures with no answer at all speak of the node (its network,
+	// its load); a 5xx speaks of the host, whichever node asked.
+	out.transportError = resp.Status == 0 && resp.Err != nil && !errors.Is(resp.Err, fetch.ErrBlocked)
 	switch fetch.Classify(&resp, spec.Retry.NonRetryableStatuses) {
 	case fetch.Transient:
 		attempt := c.Attempts + 1

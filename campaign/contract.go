@@ -134,6 +134,12 @@ type BatchResult struct {
 	// Released counts URLs handed back to pending unfetched because the
 	// node is stopping.
 	Released int `json:"released"`
+	// Requests, RequestMillis and TransportErrors describe the node's
+	// requests (time on the wire; failures with no answer), for adaptive
+	// weights.
+	Requests        int   `json:"requests"`
+	RequestMillis   int64 `json:"request_ms"`
+	TransportErrors int   `json:"transport_errors"`
 }
 
 // Done is the number of URLs the batch settled.
@@ -149,6 +155,9 @@ func (r *BatchResult) Add(o BatchResult) {
 	r.Bytes += o.Bytes
 	r.Skipped += o.Skipped
 	r.Released += o.Released
+	r.Requests += o.Requests
+	r.RequestMillis += o.RequestMillis
+	r.TransportErrors += o.TransportErrors
 }
 
 // ReleaseRequest returns still-leased URLs of a batch to pending.
@@ -262,10 +271,15 @@ type NodeStatus struct {
 	ID     string  `json:"id"`
 	Weight float64 `json:"weight"`
 	// Override is the operator's weight, which wins over the registered one.
-	Override        *float64 `json:"override,omitempty"`
-	State           string   `json:"state"`
-	InflightBatches int      `json:"inflight_batches"`
-	InflightURLs    int      `json:"inflight_urls"`
+	Override *float64 `json:"override,omitempty"`
+	// Adaptive is the factor adaptive weights apply to the registered
+	// weight (1: unchanged); LatencyMs and ErrorRate are what it follows.
+	Adaptive        float64 `json:"adaptive,omitempty"`
+	LatencyMs       float64 `json:"latency_ms,omitempty"`
+	ErrorRate       float64 `json:"error_rate,omitempty"`
+	State           string  `json:"state"`
+	InflightBatches int     `json:"inflight_batches"`
+	InflightURLs    int     `json:"inflight_urls"`
 	// BatchesSent counts batches scheduled on the node, ever.
 	BatchesSent int64 `json:"batches_sent"`
 	Fetched     int64 `json:"fetched"`
@@ -313,7 +327,13 @@ type CarriedNode struct {
 	Health      string   `json:"health"`
 	Incarnation string   `json:"incarnation"`
 	SuspectFor  int      `json:"suspect_for,omitempty"`
-	BatchesSent int64    `json:"batches_sent"`
-	Fetched     int64    `json:"fetched"`
-	Failed      int64    `json:"failed"`
+	// Adaptive is the factor adaptive weights apply (1 when off), and
+	// LatencyMs and ErrorRate the moving averages it is computed from.
+	Adaptive    float64 `json:"adaptive,omitempty"`
+	LatencyMs   float64 `json:"latency_ms,omitempty"`
+	ErrorRate   float64 `json:"error_rate,omitempty"`
+	Samples     int64   `json:"samples,omitempty"`
+	BatchesSent int64   `json:"batches_sent"`
+	Fetched     int64   `json:"fetched"`
+	Failed      int64   `json:"failed"`
 }

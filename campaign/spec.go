@@ -169,6 +169,11 @@ type Dispatch struct {
 	// MaxHistoryEvents: a run continues as new past this many events (or
 	// when Temporal suggests it). Default 10000.
 	MaxHistoryEvents int `json:"max_history_events"`
+	// AdaptiveWeights scales each node's registered weight by how fast and
+	// how error-free its fetches have been (moving averages from batch
+	// results), changing it only when the change exceeds a quarter, and
+	// recording every change. Operator weights still win. Default off.
+	AdaptiveWeights bool `json:"adaptive_weights,omitempty"`
 }
 
 // Defaults.

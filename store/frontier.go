@@ -277,14 +277,21 @@ type ClaimedURL struct {
 }
 
 // Claim makes holder the owner of the listed URLs that are still leased
-// under leaseID, and returns them. Rows finished by an earlier attempt, or
-// re-leased after their lease expired, are not returned: that is how a
-// retried or rerouted batch resumes where it stopped and never refetches a
-// settled URL. A batch whose holder was replaced can no longer commit.
-func (s *Store) Claim(ctx context.Context, campaignKey, leaseID int64, ids []int64, holder, node string, ttl time.Duration) ([]ClaimedURL, error) {
+// under leaseID and not held by a live batch, and returns them. Rows
+// finished by an earlier attempt, re-leased after their lease expired, or
+// still held by a batch that keeps renewing (see RenewHolder) are not
+// returned: that is how a retried or rerouted batch resumes where the last
+// holder stopped without fetching anything twice. A batch whose holder was
+// replaced can no longer commit. It registers holder as alive for ttl.
+func (s *Store) Claim(ctx context.Context, campaignKey, leaseID int64, ids []int64, holder, node string, ttl, holderTTL time.Duration) ([]ClaimedURL, error) {
+	if err := s.RenewHolder(ctx, holder, holderTTL); err != nil {
+		return nil, err
+	}
 	rows, err := s.pool.Query(ctx, `
-		UPDATE frontier SET lease_holder = $4, node = $5, lease_expires_at = now() + $6::bigint * interval '1 millisecond'
-		WHERE campaign = $1 AND lease_id = $2 AND id = ANY($3) AND state = 'leased'
+		UPDATE frontier f SET lease_holder = $4, node = $5, lease_expires_at = now() + $6::bigint * interval '1 millisecond'
+		WHERE f.campaign = $1 AND f.lease_id = $2 AND f.id = ANY($3) AND f.state = 'leased'
+		  AND (f.lease_holder IS NULL OR f.lease_holder = $4 OR NOT EXISTS (
+		      SELECT 1 FROM holders h WHERE h.holder = f.lease_holder AND h.alive_until > now()))
 		RETURNING id, url, shard_key, depth, redirects, attempts`,
 		campaignKey, leaseID, ids, holder, node, ttl.Milliseconds())
 	if err != nil {
@@ -300,6 +307,25 @@ func (s *Store) Claim(ctx context.Context, campaignKey, leaseID int64, ids []int
 	}
 	slices.SortFunc(claimed, func(a, b ClaimedURL) int { return cmp.Compare(a.ID, b.ID) })
 	return claimed, nil
+}
+
+// RenewHolder marks a batch alive for ttl more.
+func (s *Store) RenewHolder(ctx context.Context, holder string, ttl time.Duration) error {
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO holders (holder, alive_until) VALUES ($1, now() + $2::bigint * interval '1 millisecond')
+		ON CONFLICT (holder) DO UPDATE SET alive_until = EXCLUDED.alive_until`, holder, ttl.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("renew holder %s: %w", holder, err)
+	}
+	return nil
+}
+
+// DropHolder ends a batch's liveness: what it still holds may be claimed.
+func (s *Store) DropHolder(ctx context.Context, holder string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM holders WHERE holder = $1`, holder); err != nil {
+		return fmt.Errorf("drop holder %s: %w", holder, err)
+	}
+	return nil
 }
 
 // ExtendLease pushes back the expiry of the URLs holder still holds.

@@ -129,14 +129,22 @@ func TestClaimCommitAndLostClaim(t *testing.T) {
 	}
 	l := leaseAll(t, s, key, 10, 10)
 	all := ids(l)
-	claimed, err := s.Claim(ctx, key, l.LeaseID, all, "n1/1/0", "n1", time.Minute)
+	claimed, err := s.Claim(ctx, key, l.LeaseID, all, "n1/1/0", "n1", time.Minute, time.Minute)
 	if err != nil || len(claimed) != 3 {
 		t.Fatalf("claimed %d (%v)", len(claimed), err)
 	}
-	// A rerouted batch takes the claim over; the first holder's commit is
-	// then refused, so it cannot overwrite the new holder's results.
-	if _, err := s.Claim(ctx, key, l.LeaseID, all[1:], "n2/1/1", "n2", time.Minute); err != nil {
+	// While the first holder is alive, a rerouted batch gets nothing.
+	if c, err := s.Claim(ctx, key, l.LeaseID, all[1:], "n2/1/1", "n2", time.Minute, time.Minute); err != nil || len(c) != 0 {
+		t.Fatalf("claimed %d from a live holder (%v)", len(c), err)
+	}
+	// Once it stops renewing, the rerouted batch takes the claim over; the
+	// first holder's commit is then refused, so it cannot overwrite the new
+	// holder's results.
+	if err := s.DropHolder(ctx, "n1/1/0"); err != nil {
 		t.Fatal(err)
+	}
+	if c, err := s.Claim(ctx, key, l.LeaseID, all[1:], "n2/1/1", "n2", time.Minute, time.Minute); err != nil || len(c) != 2 {
+		t.Fatalf("claimed %d from a dead holder (%v), want 2", len(c), err)
 	}
 	page := &store.Page{Status: 200, ContentType: "text/html", ContentLength: 10, FetchedAt: time.Now(), Duration: time.Millisecond}
 	res, err := s.Commit(ctx, key, "n1/1/0", "n1", []store.Outcome{
@@ -157,7 +165,7 @@ func TestClaimCommitAndLostClaim(t *testing.T) {
 		t.Fatalf("second holder's commit accepted %v (%v)", res.Accepted, err)
 	}
 	// A later claim of the same IDs finds them settled: nothing to refetch.
-	again, err := s.Claim(ctx, key, l.LeaseID, all, "n1/2/0", "n1", time.Minute)
+	again, err := s.Claim(ctx, key, l.LeaseID, all, "n1/2/0", "n1", time.Minute, time.Minute)
 	if err != nil || len(again) != 0 {
 		t.Fatalf("re-claim got %d URLs (%v), want 0", len(again), err)
 	}
@@ -203,7 +211,7 @@ func TestExpiredLeaseReturnsToPending(t *testing.T) {
 		t.Fatalf("expired URL not re-leased: %+v", l2)
 	}
 	// The first lease's batch can no longer claim it.
-	if c, err := s.Claim(ctx, key, l.LeaseID, ids(l), "old", "n", time.Minute); err != nil || len(c) != 0 {
+	if c, err := s.Claim(ctx, key, l.LeaseID, ids(l), "old", "n", time.Minute, time.Minute); err != nil || len(c) != 0 {
 		t.Fatalf("stale lease claimed %d (%v)", len(c), err)
 	}
 }

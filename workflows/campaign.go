@@ -126,6 +126,7 @@ func newDispatcher(ctx workflow.Context, spec campaign.Spec, carry *campaign.Car
 				id: c.ID, weight: c.Weight, override: c.Override, drain: c.Drain, health: c.Health,
 				incarnation: c.Incarnation, suspectFor: c.SuspectFor, batchesSent: c.BatchesSent,
 				fetched: c.Fetched, failed: c.Failed,
+				adaptive: c.Adaptive, latencyMs: c.LatencyMs, errorRate: c.ErrorRate, samples: c.Samples,
 			})
 		}
 	} else {
@@ -220,6 +221,7 @@ func (d *dispatcher) continueAsNew() error {
 			ID: n.id, Weight: n.weight, Override: n.override, Drain: n.drain, Health: n.health,
 			Incarnation: n.incarnation, SuspectFor: n.suspectFor, BatchesSent: n.batchesSent,
 			Fetched: n.fetched, Failed: n.failed,
+			Adaptive: n.adaptive, LatencyMs: n.latencyMs, ErrorRate: n.errorRate, Samples: n.samples,
 		})
 	}
 	d.log.Info("continuing as new", "run", d.run, "history_events", workflow.GetInfo(d.ctx).GetCurrentHistoryLength())
@@ -502,6 +504,7 @@ func (d *dispatcher) account(n *node, r campaign.BatchResult) {
 	d.counters.Bytes += r.Bytes
 	n.fetched += int64(r.Fetched)
 	n.failed += int64(r.Failed)
+	n.observe(r)
 }
 
 // reroute sends a batch whose node timed out to the shard keys' new owners.

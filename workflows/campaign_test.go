@@ -46,6 +46,8 @@ type fakeCluster struct {
 	holdAfter int
 	leased    int
 	released  bool
+	// latency is each node's ms per request (default 10).
+	latency map[string]int64
 }
 
 func (f *fakeCluster) release() {
@@ -146,8 +148,12 @@ func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 		}
 		f.mu.Lock()
 		f.fetches[call].ok = true
+		perRequest := f.latency[req.Node]
 		f.mu.Unlock()
-		return campaign.BatchResult{Fetched: len(req.IDs)}, nil
+		if perRequest == 0 {
+			perRequest = 10
+		}
+		return campaign.BatchResult{Fetched: len(req.IDs), Requests: len(req.IDs), RequestMillis: perRequest * int64(len(req.IDs))}, nil
 	}, campaign.FetchBatchActivity)
 	reg(func(_ context.Context, req campaign.ReleaseRequest) (int, error) { return len(req.IDs), nil }, campaign.ReleaseBatchActivity)
 	reg(func(_ context.Context, req campaign.MembershipRequest) ([]campaign.NodeInfo, error) {
@@ -525,5 +531,41 @@ func TestMembershipMovesHostsOfDeadAndNewNodes(t *testing.T) {
 	}
 	if !died || !joined {
 		t.Errorf("ring changes %+v: want b died and d joined", f.changes)
+	}
+}
+
+// TestAdaptiveWeightsFavourFastNodes: with adaptive weights on, a node
+// whose requests take ten times longer loses weight at the next membership
+// refresh, and the change is recorded; off, nothing changes.
+func TestAdaptiveWeightsFavourFastNodes(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		f := newFakeCluster(40, 6, alive("fast", 1), alive("slow", 1))
+		f.latency = map[string]int64{"slow": 100}
+		f.holdAfter = 200
+		env := newEnv(t, f)
+		midCampaignFor(env, f, 11*time.Second, func() {})
+		spec := testSpec()
+		spec.Dispatch.AdaptiveWeights = on
+		run(t, env, spec)
+		var changes []campaign.RingChange
+		for _, ch := range f.changes {
+			if ch.Reason == reasonAdaptive {
+				changes = append(changes, ch)
+			}
+		}
+		if !on {
+			if len(changes) != 0 {
+				t.Fatalf("adaptive weights off, yet changes %+v", changes)
+			}
+			continue
+		}
+		var slowDown, fastUp bool
+		for _, ch := range changes {
+			slowDown = slowDown || (ch.Node == "slow" && ch.NewWeight < ch.OldWeight)
+			fastUp = fastUp || (ch.Node == "fast" && ch.NewWeight > ch.OldWeight)
+		}
+		if !slowDown || !fastUp {
+			t.Fatalf("adaptive changes %+v: want slow down and fast up", changes)
+		}
 	}
 }

@@ -24,7 +24,11 @@ type node struct {
 	drain       bool     // set by the drain signal
 	health      string
 	incarnation string
-	suspectFor  int // membership refreshes seen alive while suspect
+	suspectFor  int     // membership refreshes seen alive while suspect
+	adaptive    float64 // factor on weight from adaptive weights; 0 means 1
+	latencyMs   float64 // moving average of request time
+	errorRate   float64 // moving average of requests with no answer
+	samples     int64
 	inflight    int
 	inflightN   int
 	batchesSent int64
@@ -47,7 +51,9 @@ func (n *node) state() string {
 	return campaign.NodeActive
 }
 
-// effectiveWeight is the node's weight in the ring: 0 unless active.
+// effectiveWeight is the node's weight in the ring: 0 unless active; the
+// operator's weight if set; else the registered one, scaled by adaptive
+// weights.
 func (n *node) effectiveWeight() float64 {
 	if n.state() != campaign.NodeActive {
 		return 0
@@ -55,7 +61,78 @@ func (n *node) effectiveWeight() float64 {
 	if n.override != nil {
 		return *n.override
 	}
-	return n.weight
+	return n.weight * n.factor()
+}
+
+func (n *node) factor() float64 {
+	if n.adaptive == 0 {
+		return 1
+	}
+	return n.adaptive
+}
+
+// Adaptive weights: moving averages per node (weight ewmaAlpha per batch),
+// used once a node has adaptiveMinSamples requests; a factor of
+// score/mean score, clamped to [1/4, 4], applied when it moves by more
+// than adaptiveHysteresis.
+const (
+	ewmaAlpha          = 0.3
+	adaptiveMinSamples = 50
+	adaptiveHysteresis = 0.25
+	reasonAdaptive     = "adaptive weights"
+)
+
+// observe folds a batch's request figures into the node's averages.
+func (n *node) observe(r campaign.BatchResult) {
+	if r.Requests == 0 {
+		return
+	}
+	lat := float64(r.RequestMillis) / float64(r.Requests)
+	errs := float64(r.TransportErrors) / float64(r.Requests)
+	if n.samples == 0 {
+		n.latencyMs, n.errorRate = lat, errs
+	} else {
+		n.latencyMs = (1-ewmaAlpha)*n.latencyMs + ewmaAlpha*lat
+		n.errorRate = (1-ewmaAlpha)*n.errorRate + ewmaAlpha*errs
+	}
+	n.samples += int64(r.Requests)
+}
+
+// adapt rescales active nodes' weights by their health relative to the
+// others: faster and more reliable nodes get more hosts.
+func (d *dispatcher) adapt() {
+	type cand struct {
+		n     *node
+		score float64
+	}
+	var cs []cand
+	total := 0.0
+	for _, id := range d.order {
+		n := d.nodes[id]
+		if n.state() != campaign.NodeActive || n.override != nil || n.samples < adaptiveMinSamples {
+			continue
+		}
+		s := (1 - n.errorRate) / max(n.latencyMs, 1)
+		cs = append(cs, cand{n, s})
+		total += s
+	}
+	if len(cs) < 2 || total == 0 {
+		return
+	}
+	mean := total / float64(len(cs))
+	for _, c := range cs {
+		f := min(max(c.score/mean, 0.25), 4)
+		if cur := c.n.factor(); abs(f-cur)/cur > adaptiveHysteresis {
+			d.mutate(c.n, reasonAdaptive, func() { c.n.adaptive = f })
+		}
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // addNode adds n to the node table and the ring.
@@ -145,6 +222,9 @@ func (d *dispatcher) applyMembership(infos []campaign.NodeInfo) {
 		if n := d.nodes[id]; !seen[id] && n.health != dead {
 			d.mutate(n, reasonLeft, func() { n.health = dead })
 		}
+	}
+	if d.spec.Dispatch.AdaptiveWeights {
+		d.adapt()
 	}
 }
 
@@ -301,6 +381,7 @@ func (d *dispatcher) apply(op, nodeID string, weight *float64) (campaign.NodeSta
 func (d *dispatcher) nodeStatus(n *node) campaign.NodeStatus {
 	return campaign.NodeStatus{
 		ID: n.id, Weight: n.weight, Override: n.override, State: n.state(),
+		Adaptive: n.adaptive, LatencyMs: n.latencyMs, ErrorRate: n.errorRate,
 		InflightBatches: n.inflight, InflightURLs: n.inflightN, BatchesSent: n.batchesSent,
 		Fetched: n.fetched, Failed: n.failed,
 	}

@@ -82,6 +82,15 @@ CREATE INDEX frontier_lease_expiry ON frontier (campaign, lease_expires_at) WHER
 
 CREATE SEQUENCE lease_ids;
 
+-- Batches holding claimed URLs, alive while they renew. A rerouted batch
+-- can claim a URL only from a holder that stopped renewing: a holder cut
+-- off from Temporal but alive keeps fetching and committing its URLs, and
+-- nobody fetches them a second time.
+CREATE UNLOGGED TABLE holders (
+    holder      text        PRIMARY KEY,
+    alive_until timestamptz NOT NULL
+);
+
 -- One row per fetched URL: its final response.
 CREATE TABLE pages (
     url_id         bigint      PRIMARY KEY REFERENCES frontier (id) ON DELETE CASCADE,

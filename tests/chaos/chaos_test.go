@@ -1,0 +1,394 @@
+// Package chaos kills and restarts real processes under a running crawl:
+// node workers (SIGKILL and SIGTERM), the Temporal dev server (same db
+// file) and Postgres, and checks that nothing is lost and, where the
+// design promises it, nothing is fetched twice. It runs in its own test
+// binary so its restarts disturb no other test.
+package chaos
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/ring"
+	"github.com/spiderpool/spiderpool/tests/harness"
+	"github.com/spiderpool/spiderpool/tests/synthweb"
+)
+
+func TestMain(m *testing.M) { harness.Main(m) }
+
+var bg = context.Background()
+
+func web(t *testing.T, pages int) *synthweb.Web {
+	t.Helper()
+	w, err := synthweb.Start(synthweb.Config{
+		Hosts: 24, Pages: pages, LinksPerPage: 6, CrossHostFraction: 0.3, Seed: 17, Latency: 2 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	return w
+}
+
+func spec(w *synthweb.Web) campaign.Spec {
+	return campaign.Spec{
+		Seeds:      []string{w.Seed()},
+		Scope:      campaign.Scope{AllowedDomains: []string{"127.0.0.1"}},
+		Politeness: campaign.Politeness{MaxConcurrencyPerHost: 2},
+		Dispatch:   campaign.Dispatch{BatchSize: 50},
+	}
+}
+
+func waitFetched(t *testing.T, s *harness.Stack, id string, n int64) {
+	t.Helper()
+	harness.Eventually(t, 3*time.Minute, "the campaign to fetch enough pages", func() bool {
+		var got int64
+		err := s.Store.Pool().QueryRow(bg, `SELECT count(*) FROM pages`).Scan(&got)
+		return err == nil && got >= n
+	})
+}
+
+func result(t *testing.T, s *harness.Stack, id string) campaign.Summary {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bg, 5*time.Minute)
+	defer cancel()
+	var sum campaign.Summary
+	if err := s.Client.GetWorkflow(ctx, id, "").Get(ctx, &sum); err != nil {
+		t.Fatalf("campaign %s: %v", id, err)
+	}
+	return sum
+}
+
+// tally compares the access log with the web: pages never fetched, and
+// pages fetched more than once (with their hosts).
+func tally(w *synthweb.Web) (missing []string, twice map[string]int) {
+	hits := w.Hits()
+	twice = map[string]int{}
+	for _, p := range w.Pages() {
+		switch n := hits[p]; {
+		case n == 0:
+			missing = append(missing, p)
+		case n > w.ExpectedHits(p):
+			twice[p] = n
+		}
+	}
+	return missing, twice
+}
+
+func hostOf(url string) string {
+	rest := strings.TrimPrefix(url, "http://")
+	host, _, _ := strings.Cut(rest, "/")
+	return host
+}
+
+// TestKilledNodeLosesNothing is acceptance 1: a node process is killed with
+// SIGKILL mid-crawl; the campaign completes, every page is fetched, at most
+// the killed node's in-flight URLs are fetched again, and its hosts move.
+func TestKilledNodeLosesNothing(t *testing.T) {
+	w := web(t, 5000)
+	s := harness.NewStack(t)
+	s.StartNodeProcess("a", 1)
+	victim := s.StartNodeProcess("b", 1)
+	s.StartNodeProcess("c", 2)
+	id := "killed-" + s.Name
+	if _, err := s.Campaigns.Start(bg, id, spec(w)); err != nil {
+		t.Fatal(err)
+	}
+	waitFetched(t, s, id, 1500)
+
+	var hosts []string
+	rows, err := s.Store.Pool().Query(bg, `SELECT DISTINCT f.shard_key FROM pages p JOIN frontier f ON f.id = p.url_id WHERE p.node = $1`, victim.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var h string
+		_ = rows.Scan(&h)
+		hosts = append(hosts, h)
+	}
+	rows.Close()
+	if err := victim.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killedAt := time.Now()
+	// What the dead node held and had not committed: the most it can have
+	// had on the wire.
+	var inflight int
+	if err := s.Store.Pool().QueryRow(bg, `SELECT count(*) FROM frontier WHERE state = 'leased' AND lease_holder LIKE $1 || '/%'`,
+		victim.ID).Scan(&inflight); err != nil {
+		t.Fatal(err)
+	}
+
+	sum := result(t, s, id)
+	missing, twice := tally(w)
+	if len(missing) > 0 {
+		t.Fatalf("%d pages never fetched, e.g. %v", len(missing), missing[:min(3, len(missing))])
+	}
+	if sum.Fetched != int64(len(w.Pages())) || sum.Pending != 0 || sum.Leased != 0 {
+		t.Fatalf("summary %+v", sum)
+	}
+	for p := range twice {
+		if !slices.Contains(hosts, hostOf(p)) {
+			t.Errorf("%s fetched twice, but its host was not the killed node's", p)
+		}
+	}
+	if len(twice) > inflight {
+		t.Fatalf("%d pages fetched again, more than the %d URLs the killed node held", len(twice), inflight)
+	}
+
+	// How long the killed node's hosts waited for another node.
+	var moves []time.Duration
+	for _, h := range hosts {
+		for _, r := range w.Log(h) {
+			if r.At.After(killedAt) {
+				moves = append(moves, r.At.Sub(killedAt))
+				break
+			}
+		}
+	}
+	sort.Slice(moves, func(i, j int) bool { return moves[i] < moves[j] })
+	if len(moves) == 0 {
+		t.Fatal("none of the killed node's hosts was fetched after the kill")
+	}
+	t.Logf("killed %s holding %d URLs (%d hosts); %d pages fetched again; its hosts resumed elsewhere after %v (first) .. %v (last, %d hosts with work left)",
+		victim.ID, inflight, len(hosts), len(twice), moves[0].Round(time.Millisecond), moves[len(moves)-1].Round(time.Millisecond), len(moves))
+	harness.RecordHistory(t, s.Client, id, "node_killed")
+}
+
+// TestNewNodeTakesItsShare is acceptance 2: a fourth node started
+// mid-campaign gets work at the next membership refresh and takes the
+// hosts the ring gives it, about its weight's share.
+func TestNewNodeTakesItsShare(t *testing.T) {
+	w, err := synthweb.Start(synthweb.Config{
+		Hosts: 60, Pages: 6000, LinksPerPage: 6, CrossHostFraction: 0.3, Seed: 17, Latency: 2 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	s := harness.NewStack(t)
+	s.StartNodeProcess("a", 1)
+	s.StartNodeProcess("b", 1)
+	s.StartNodeProcess("c", 2)
+	id := "joined-" + s.Name
+	// Paced so the crawl outlasts a membership refresh or two.
+	sp := spec(w)
+	sp.Politeness = campaign.Politeness{MaxConcurrencyPerHost: 1, MinDelay: campaign.Duration(100 * time.Millisecond)}
+	if _, err := s.Campaigns.Start(bg, id, sp); err != nil {
+		t.Fatal(err)
+	}
+	waitFetched(t, s, id, 1000)
+	d := s.StartNodeProcess("d", 1)
+	registered := time.Now()
+	var firstBatch time.Duration
+	harness.Eventually(t, time.Minute, "the new node's first batch", func() bool {
+		st, err := s.Campaigns.Status(bg, id)
+		if err != nil {
+			return false
+		}
+		for _, n := range st.Nodes {
+			if n.ID == d.ID && n.BatchesSent > 0 {
+				firstBatch = time.Since(registered)
+				return true
+			}
+		}
+		return false
+	})
+	sum := result(t, s, id)
+	if missing, twice := tally(w); len(missing) > 0 || len(twice) > 0 {
+		t.Fatalf("%d pages missing, %d fetched twice", len(missing), len(twice))
+	}
+	// d fetched exactly the hosts the ring gives it, of those with work
+	// left when it joined.
+	var joinLease int64
+	if err := s.Store.Pool().QueryRow(bg, `SELECT after_lease FROM node_weight_history WHERE node = $1 AND reason = 'joined'`, d.ID).Scan(&joinLease); err != nil {
+		t.Fatal(err)
+	}
+	r := ring.New()
+	for _, n := range []struct {
+		id string
+		w  float64
+	}{{s.NodeID("a"), 1}, {s.NodeID("b"), 1}, {s.NodeID("c"), 2}, {d.ID, 1}} {
+		r.Set(n.id, n.w)
+	}
+	owned, fetched := map[string]bool{}, map[string]bool{}
+	rows, err := s.Store.Pool().Query(bg, `SELECT DISTINCT f.shard_key, p.node FROM pages p JOIN frontier f ON f.id = p.url_id WHERE f.lease_id > $1`, joinLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var key, node string
+		_ = rows.Scan(&key, &node)
+		if owner, _ := r.Lookup(key); owner == d.ID {
+			owned[key] = true
+		}
+		if node == d.ID {
+			fetched[key] = true
+		}
+	}
+	rows.Close()
+	for key := range fetched {
+		if !owned[key] {
+			t.Errorf("%s fetched %s, which the ring gives another node", d.ID, key)
+		}
+	}
+	if len(fetched) != len(owned) || len(owned) == 0 {
+		t.Fatalf("%s owns %d hosts with work left and fetched %d of them", d.ID, len(owned), len(fetched))
+	}
+	t.Logf("node %s got its first batch %v after registering (membership refresh every 10s); it owns %d of the %d hosts (weight share 1/5 = %.0f) and fetched %d pages of them",
+		d.ID, firstBatch.Round(100*time.Millisecond), len(owned), len(w.Hosts()), float64(len(w.Hosts()))/5, sum.PerNode[d.ID])
+}
+
+// TestTemporalRestart is acceptance 3: the Temporal dev server is killed
+// and started again on the same db file mid-crawl; the campaign resumes and
+// completes with nothing lost and no page fetched twice.
+func TestTemporalRestart(t *testing.T) {
+	w := web(t, 5000)
+	s := harness.NewStack(t)
+	s.StartNode("a", 1)
+	s.StartNode("b", 1)
+	s.StartNode("c", 2)
+	id := "temporal-restart-" + s.Name
+	// Paced, so batches run for seconds and the outage catches them mid-way.
+	sp := spec(w)
+	sp.Politeness = campaign.Politeness{MaxConcurrencyPerHost: 1, MinDelay: campaign.Duration(50 * time.Millisecond)}
+	if _, err := s.Campaigns.Start(bg, id, sp); err != nil {
+		t.Fatal(err)
+	}
+	waitFetched(t, s, id, 1200)
+	harness.Eventually(t, time.Minute, "batches running", func() bool {
+		var live int
+		err := s.Store.Pool().QueryRow(bg, `SELECT count(*) FROM holders WHERE alive_until > now()`).Scan(&live)
+		return err == nil && live > 0
+	})
+	tmp := harness.Temporal(t)
+	if err := tmp.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	down := time.Now()
+	var before, after int64
+	_ = s.Store.Pool().QueryRow(bg, `SELECT count(*) FROM pages`).Scan(&before)
+	// Batches already running finish their URLs with Temporal away: wait
+	// until none is left, so the outage outlasts every batch.
+	harness.Eventually(t, 2*time.Minute, "the running batches to finish with Temporal down", func() bool {
+		var live int
+		err := s.Store.Pool().QueryRow(bg, `SELECT count(*) FROM holders WHERE alive_until > now()`).Scan(&live)
+		return err == nil && live == 0
+	})
+	_ = s.Store.Pool().QueryRow(bg, `SELECT count(*) FROM pages`).Scan(&after)
+	if err := tmp.Restart(bg); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Temporal down for %v; batches committed %d pages meanwhile", time.Since(down).Round(time.Millisecond), after-before)
+	sum := result(t, s, id)
+	missing, twice := tally(w)
+	if len(missing) > 0 || len(twice) > 0 {
+		t.Fatalf("after the Temporal restart: %d pages missing, %d fetched twice (e.g. %v)", len(missing), len(twice), keys(twice))
+	}
+	if sum.Fetched != int64(len(w.Pages())) {
+		t.Fatalf("summary %+v", sum)
+	}
+	t.Logf("completed: %d pages, each fetched once; %d runs", sum.Fetched, sum.Runs)
+}
+
+func keys(m map[string]int) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+		if len(out) == 3 {
+			break
+		}
+	}
+	return out
+}
+
+// TestPostgresRestart is acceptance 4: Postgres restarts mid-crawl;
+// activities fail, retry, and the campaign completes with nothing lost.
+func TestPostgresRestart(t *testing.T) {
+	cluster := harness.Cluster(t)
+	if cluster == nil {
+		t.Skip("DATABASE_URL points at a server this test cannot restart")
+	}
+	w := web(t, 5000)
+	s := harness.NewStack(t)
+	s.StartNode("a", 1)
+	s.StartNode("b", 1)
+	s.StartNode("c", 2)
+	id := "postgres-restart-" + s.Name
+	if _, err := s.Campaigns.Start(bg, id, spec(w)); err != nil {
+		t.Fatal(err)
+	}
+	waitFetched(t, s, id, 1200)
+	start := time.Now()
+	if err := cluster.Restart(bg); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Postgres restarted in %v", time.Since(start).Round(time.Millisecond))
+	sum := result(t, s, id)
+	missing, twice := tally(w)
+	if len(missing) > 0 {
+		t.Fatalf("%d pages never fetched after the Postgres restart", len(missing))
+	}
+	if sum.Fetched != int64(len(w.Pages())) || sum.Pending != 0 || sum.Leased != 0 {
+		t.Fatalf("summary %+v", sum)
+	}
+	t.Logf("completed: %d pages; %d fetched again (commits lost with the connections)", sum.Fetched, len(twice))
+}
+
+// TestDrainThenStop is acceptance 5: after a drain the node's batches in
+// flight finish, it gets no more, status shows it drained, and stopping it
+// then fetches nothing twice.
+func TestDrainThenStop(t *testing.T) {
+	w := web(t, 5000)
+	s := harness.NewStack(t)
+	s.StartNodeProcess("a", 1)
+	b := s.StartNodeProcess("b", 1)
+	s.StartNodeProcess("c", 2)
+	id := "drain-stop-" + s.Name
+	if _, err := s.Campaigns.Start(bg, id, spec(w)); err != nil {
+		t.Fatal(err)
+	}
+	waitFetched(t, s, id, 1200)
+	ns, err := s.Campaigns.Drain(bg, id, b.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drainedAt := time.Now()
+	harness.Eventually(t, time.Minute, "the drained node to show drained", func() bool {
+		st, err := s.Campaigns.Status(bg, id)
+		if err != nil {
+			return false
+		}
+		for _, n := range st.Nodes {
+			if n.ID == b.ID {
+				return n.State == campaign.NodeDrained
+			}
+		}
+		return false
+	})
+	t.Logf("%s: %d batches at the drain, %s; drained after %v", b.ID, ns.BatchesSent, ns.State, time.Since(drainedAt).Round(time.Millisecond))
+	if err := b.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	sum := result(t, s, id)
+	missing, twice := tally(w)
+	if len(missing) > 0 || len(twice) > 0 {
+		t.Fatalf("%d pages missing, %d fetched twice after stopping the drained node", len(missing), len(twice))
+	}
+	final, err := s.Campaigns.Status(bg, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range final.Nodes {
+		if n.ID == b.ID && n.BatchesSent != ns.BatchesSent {
+			t.Fatalf("%s got %d batches after its drain", b.ID, n.BatchesSent-ns.BatchesSent)
+		}
+	}
+	t.Logf("completed: %d pages, none twice; %s stopped after draining", sum.Fetched, b.ID)
+	harness.RecordHistory(t, s.Client, id, "drain_then_stop")
+}
