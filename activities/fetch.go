@@ -34,11 +34,12 @@ type Fetch struct {
 // requests at once.
 func NewFetch(node string, st *store.Store, f *fetch.Fetcher, concurrency int, log *slog.Logger) *Fetch {
 	log = log.With("node", node)
+	slots := make(chan struct{}, concurrency)
 	return &Fetch{
 		node: node, store: st, fetcher: f, log: log,
-		slots:   make(chan struct{}, concurrency),
+		slots:   slots,
 		polite:  newPoliteness(node, st, log),
-		robots:  newRobotsCache(st, f, log),
+		robots:  newRobotsCache(st, f, slots, log),
 		queries: &queryCaps{seen: map[gateKey]map[uint64]struct{}{}},
 		rules:   &rulesCache{store: st, byKey: map[int64]*rules{}},
 	}

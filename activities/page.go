@@ -64,13 +64,7 @@ func (f *Fetch) fetchOne(ctx context.Context, r *rules, campaignKey int64, c sto
 		}
 	}
 
-	if !g.turn(ctx, stop) {
-		return out, false
-	}
-	select {
-	case f.slots <- struct{}{}:
-	case <-stop:
-		g.done()
+	if !g.turn(ctx, stop, f.takeSlot(stop), f.giveSlot) {
 		return out, false
 	}
 	// Once sent, a request runs to its end and its result is committed,
@@ -84,7 +78,7 @@ func (f *Fetch) fetchOne(ctx context.Context, r *rules, campaignKey int64, c sto
 		MaxBodyBytes:   spec.Limits.MaxBodyBytes,
 		KeepBody:       true,
 	})
-	<-f.slots
+	f.giveSlot()
 	g.observe(ctx, &resp, spec.Politeness.MaxRetryAfter.D())
 	g.done()
 
@@ -169,6 +163,20 @@ func (f *Fetch) fetchOne(ctx context.Context, r *rules, campaignKey int64, c sto
 	}
 	return out, true
 }
+
+// takeSlot and giveSlot are the node-wide cap on requests in flight.
+func (f *Fetch) takeSlot(stop <-chan struct{}) func() bool {
+	return func() bool {
+		select {
+		case f.slots <- struct{}{}:
+			return true
+		case <-stop:
+			return false
+		}
+	}
+}
+
+func (f *Fetch) giveSlot() { <-f.slots }
 
 func statusText(status int) string {
 	if status == 0 {

@@ -148,23 +148,26 @@ func (g *gate) setCrawlDelay(d time.Duration) {
 }
 
 // spacing is the least time between two starts: the delay with a margin
-// of 1% and a millisecond, so the host sees at least the delay between
-// arrivals whatever the jitter of connection set-up.
+// of 3% and 10 ms, so the host sees at least the delay between arrivals
+// whatever the jitter of connection set-up and scheduling on a busy node.
 func spacing(delay, extra time.Duration) time.Duration {
 	d := delay + extra
 	if d <= 0 {
 		return 0
 	}
-	return d + d/100 + time.Millisecond
+	return d + d*3/100 + 10*time.Millisecond
 }
 
-// turn waits for the host's claim, a concurrency slot and the host's delay.
-// It returns false if stop closed first. After a true, call done.
+// turn waits for the host's claim, a concurrency slot and the host's delay,
+// then for a node-wide slot (take and give, from the caller), and only
+// then takes its start, so time spent waiting for the node never shortens
+// the gap the host sees. It returns false, holding nothing, if stop closed
+// first; after a true, the caller holds a node slot and must call done.
 //
 // A start is taken only when it is due, not reserved ahead: if the host's
 // pace changes while a request waits (a Retry-After, errors that clear), the
 // wait follows it.
-func (g *gate) turn(ctx context.Context, stop <-chan struct{}) bool {
+func (g *gate) turn(ctx context.Context, stop <-chan struct{}, take func() bool, give func()) bool {
 	if !g.claim(ctx, stop) {
 		return false
 	}
@@ -175,18 +178,28 @@ func (g *gate) turn(ctx context.Context, stop <-chan struct{}) bool {
 	}
 	for {
 		g.mu.Lock()
-		now := time.Now()
-		if wait := g.next.Sub(now); wait > 0 {
-			g.mu.Unlock()
+		wait := time.Until(g.next)
+		g.mu.Unlock()
+		if wait > 0 {
 			t := time.NewTimer(wait)
 			select {
 			case <-t.C:
-				continue
 			case <-stop:
 				t.Stop()
 				<-g.slots
 				return false
 			}
+		}
+		if !take() {
+			<-g.slots
+			return false
+		}
+		g.mu.Lock()
+		now := time.Now()
+		if g.next.After(now) { // another request of this host started meanwhile
+			g.mu.Unlock()
+			give()
+			continue
 		}
 		gap := spacing(g.delay, g.extra)
 		g.next, g.last = now.Add(gap), now
@@ -195,8 +208,9 @@ func (g *gate) turn(ctx context.Context, stop <-chan struct{}) bool {
 		// A long delay is written down before the request, so a node that
 		// takes over after this one dies still keeps it.
 		if renew && !g.renew(ctx) {
+			give()
 			<-g.slots
-			return g.turn(ctx, stop) // the claim was lost: wait for it again
+			return g.turn(ctx, stop, take, give) // the claim was lost: wait for it again
 		}
 		return true
 	}

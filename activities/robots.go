@@ -22,6 +22,7 @@ type robotsCache struct {
 	st      *store.Store
 	fetcher *fetch.Fetcher
 	log     *slog.Logger
+	slots   chan struct{} // the node-wide request cap, shared with Fetch
 
 	mu      sync.Mutex
 	entries map[robotsKey]robotsEntry
@@ -42,9 +43,22 @@ type robotsEntry struct {
 // errStopped: the batch stopped before the robots.txt could be fetched.
 var errStopped = errors.New("batch stopping")
 
-func newRobotsCache(st *store.Store, f *fetch.Fetcher, log *slog.Logger) *robotsCache {
-	return &robotsCache{st: st, fetcher: f, log: log, entries: map[robotsKey]robotsEntry{}}
+func newRobotsCache(st *store.Store, f *fetch.Fetcher, slots chan struct{}, log *slog.Logger) *robotsCache {
+	return &robotsCache{st: st, fetcher: f, slots: slots, log: log, entries: map[robotsKey]robotsEntry{}}
 }
+
+func (c *robotsCache) take(stop <-chan struct{}) func() bool {
+	return func() bool {
+		select {
+		case c.slots <- struct{}{}:
+			return true
+		case <-stop:
+			return false
+		}
+	}
+}
+
+func (c *robotsCache) give() { <-c.slots }
 
 // robotsFetch is what loading a robots.txt found.
 type robotsFetch struct {
@@ -90,10 +104,11 @@ func (c *robotsCache) load(ctx context.Context, r *rules, k robotsKey, g *gate, 
 		c.remember(k, rf)
 		return rf, nil
 	}
-	if !g.turn(ctx, stop) {
+	if !g.turn(ctx, stop, c.take(stop), c.give) {
 		return robotsFetch{}, errStopped
 	}
 	status, body, refused := c.fetchFile(ctx, r, k.origin+"/robots.txt", g)
+	c.give()
 	g.done()
 	if refused != "" {
 		rf := robotsFetch{refused: refused, expires: time.Now().Add(refusedFor)}

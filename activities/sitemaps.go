@@ -26,7 +26,7 @@ func (f *Fetch) loadSitemaps(ctx context.Context, r *rules, campaignKey int64, r
 		if err != nil {
 			continue
 		}
-		if !g.turn(ctx, stop) {
+		if !g.turn(ctx, stop, f.takeSlot(stop), f.giveSlot) {
 			return added
 		}
 		resp := f.fetcher.Get(ctx, loc.String, fetch.Options{
@@ -34,6 +34,7 @@ func (f *Fetch) loadSitemaps(ctx context.Context, r *rules, campaignKey int64, r
 			RequestTimeout: r.spec.Timeouts.Request.D(), IdleTimeout: r.spec.Timeouts.Idle.D(),
 			MaxBodyBytes: r.spec.Limits.MaxBodyBytes, KeepBody: true, KeepAnyType: true,
 		})
+		f.giveSlot()
 		g.observe(ctx, &resp, r.spec.Politeness.MaxRetryAfter.D())
 		g.done()
 		if resp.Err != nil || resp.Status != 200 {
