@@ -7,6 +7,7 @@ package crawl
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -73,6 +74,13 @@ var parser = canonicalizer.New(
 
 // Canonicalize parses an absolute URL into its canonical form.
 func Canonicalize(raw string) (URL, error) {
+	if u, ok := fastCanonical(strings.TrimSpace(raw)); ok {
+		return u, nil
+	}
+	return slowCanonicalize(raw)
+}
+
+func slowCanonicalize(raw string) (URL, error) {
 	u, err := parser.Parse(strings.TrimSpace(raw))
 	if err != nil {
 		return URL{}, fmt.Errorf("parse URL %q: %w", clip(raw), err)
@@ -82,6 +90,16 @@ func Canonicalize(raw string) (URL, error) {
 
 // Resolve resolves ref against base (a canonical URL) and canonicalises it.
 func Resolve(base URL, ref string) (URL, error) {
+	ref = strings.TrimSpace(ref)
+	if abs, ok := fastResolve(base, ref); ok {
+		if u, ok := fastCanonical(abs); ok {
+			return u, nil
+		}
+	}
+	return slowResolve(base, ref)
+}
+
+func slowResolve(base URL, ref string) (URL, error) {
 	ref = strings.TrimSpace(ref)
 	var (
 		u   *whatwg.Url
@@ -157,7 +175,7 @@ const (
 
 // ShardKey returns u's shard key under mode; unknown modes key by host.
 func ShardKey(u URL, mode ShardBy) string {
-	if mode == ShardByDomain && u.parsed != nil && !u.parsed.IsIPv4() && !u.parsed.IsIPv6() {
+	if _, err := netip.ParseAddr(strings.Trim(u.Hostname, "[]")); mode == ShardByDomain && err != nil {
 		if d, err := publicsuffix.EffectiveTLDPlusOne(u.Hostname); err == nil {
 			return d
 		}

@@ -121,3 +121,44 @@ func FuzzSitemap(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFastPathAgrees checks the fast path against the WHATWG parser:
+// wherever it answers, it answers exactly as the parser does.
+func FuzzFastPathAgrees(f *testing.F) {
+	for _, s := range []string{
+		"http://example.com/a/b?z=1&a=2", "http://127.0.0.1:8080/p/1.html", "https://h/x#frag", "http://1.2.3/x",
+		"http://h:80/", "http://h:0080/", "http://h/a/./b", "http://h/%2e/x", "http://H/x", "http://h/x?", "http://h/a b",
+		"http://0x7f.1/", "http://h./", "http://a..b/", "http://xn--bcher-kva.example/", "http://h/%41%zz", "http://h/p?q='x'",
+	} {
+		f.Add(s, "../x")
+		f.Add(s, "3.html")
+		f.Add(s, "?q=2")
+		f.Add(s, "//other/x")
+	}
+	f.Fuzz(func(t *testing.T, raw, ref string) {
+		raw = strings.TrimSpace(raw)
+		if fast, ok := fastCanonical(raw); ok {
+			slow, err := slowCanonicalize(raw)
+			if err != nil || slow.String != fast.String || slow.Host != fast.Host || slow.Hostname != fast.Hostname || slow.Scheme != fast.Scheme {
+				t.Fatalf("Canonicalize(%q): fast %+v, parser %+v (%v)", raw, fast, slow, err)
+			}
+		}
+		base, err := slowCanonicalize(raw)
+		if err != nil {
+			return
+		}
+		ref = strings.TrimSpace(ref)
+		abs, ok := fastResolve(base, ref)
+		if !ok {
+			return
+		}
+		fast, ok := fastCanonical(abs)
+		if !ok {
+			return
+		}
+		slow, err := slowResolve(base, ref)
+		if err != nil || slow.String != fast.String || slow.Host != fast.Host {
+			t.Fatalf("Resolve(%q, %q): fast %q, parser %q (%v)", base.String, ref, fast.String, slow.String, err)
+		}
+	})
+}
