@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,9 +41,9 @@ type NewURL struct {
 // new.
 func (s *Store) InsertURLs(ctx context.Context, campaignKey int64, urls []NewURL) (int, error) {
 	var n int
-	err := s.retryTx(ctx, func(tx pgx.Tx) error {
+	err := s.retry(ctx, func() error {
 		var err error
-		n, err = insertURLs(ctx, tx, campaignKey, urls)
+		n, err = s.insertURLs(ctx, campaignKey, urls)
 		return err
 	})
 	if err != nil {
@@ -51,10 +52,13 @@ func (s *Store) InsertURLs(ctx context.Context, campaignKey int64, urls []NewURL
 	return n, nil
 }
 
-// insertURLs inserts within tx. Rows go in fingerprint order, and hosts in
-// key order, so that concurrent batches discovering the same links take
-// their locks in one order and cannot deadlock.
-func insertURLs(ctx context.Context, tx pgx.Tx, campaignKey int64, urls []NewURL) (int, error) {
+// insertURLs adds hosts not yet known, then the URLs, each statement on
+// its own: a hosts row without its URLs is harmless, and both are
+// idempotent, so a retry after a failure between them is safe. Rows go in
+// fingerprint order, and hosts in key order, so that concurrent batches
+// discovering the same links take their locks in one order and cannot
+// deadlock.
+func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL) (int, error) {
 	if len(urls) == 0 {
 		return 0, nil
 	}
@@ -64,15 +68,22 @@ func insertURLs(ctx context.Context, tx pgx.Tx, campaignKey int64, urls []NewURL
 
 	keys := make([]string, 0, 4)
 	for _, u := range urls {
-		keys = append(keys, u.ShardKey)
+		if _, known := s.knownHosts.Load(hostKey(campaignKey, u.ShardKey)); !known {
+			keys = append(keys, u.ShardKey)
+		}
 	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO hosts (campaign, shard_key)
-		SELECT $1, k FROM unnest($2::text[]) AS k
-		ON CONFLICT (campaign, shard_key) DO NOTHING`, campaignKey, keys); err != nil {
-		return 0, fmt.Errorf("add hosts: %w", err)
+	if len(keys) > 0 {
+		slices.Sort(keys)
+		keys = slices.Compact(keys)
+		if _, err := s.pool.Exec(ctx, `
+			INSERT INTO hosts (campaign, shard_key)
+			SELECT $1, k FROM unnest($2::text[]) AS k
+			ON CONFLICT (campaign, shard_key) DO NOTHING`, campaignKey, keys); err != nil {
+			return 0, fmt.Errorf("add hosts: %w", err)
+		}
+		for _, k := range keys {
+			s.knownHosts.Store(hostKey(campaignKey, k), struct{}{})
+		}
 	}
 
 	fps := make([]int64, len(urls))
@@ -99,7 +110,7 @@ func insertURLs(ctx context.Context, tx pgx.Tx, campaignKey int64, urls []NewURL
 			parent[i] = &urls[i].ParentID
 		}
 	}
-	tag, err := tx.Exec(ctx, `
+	tag, err := s.pool.Exec(ctx, `
 		INSERT INTO frontier (campaign, fingerprint, url, found_as, host_id, shard_key, depth, redirects, parent_id,
 		                      state, last_error, finished_at)
 		SELECT $1, l.fp, l.url, l.found, h.id, l.key, l.depth, l.redirects, l.parent,
@@ -328,6 +339,10 @@ func (s *Store) DropHolder(ctx context.Context, holder string) error {
 	return nil
 }
 
+func hostKey(campaignKey int64, shard string) string {
+	return strconv.FormatInt(campaignKey, 10) + "|" + shard
+}
+
 // ExtendLease pushes back the expiry of the URLs holder still holds.
 func (s *Store) ExtendLease(ctx context.Context, leaseID int64, holder string, ttl time.Duration) error {
 	_, err := s.pool.Exec(ctx, `
@@ -447,9 +462,10 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 		}
 	}
 	var res CommitResult
-	err := s.retryTx(ctx, func(tx pgx.Tx) error {
+	// One statement, so atomic without a transaction round trip.
+	err := s.retry(ctx, func() error {
 		res = CommitResult{Accepted: make(map[int64]bool, n)}
-		rows, err := tx.Query(ctx, `
+		rows, err := s.pool.Query(ctx, `
 			WITH u AS (
 				UPDATE frontier f SET
 					state = r.state::url_state,

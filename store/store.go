@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +27,9 @@ import (
 type Store struct {
 	pool  *pgxpool.Pool
 	where string
+	// knownHosts caches (campaign, shard key) pairs that have a hosts row,
+	// so inserting links skips the hosts upsert once a host is known.
+	knownHosts sync.Map
 }
 
 // Open connects to the database at url and checks it answers within
@@ -154,9 +158,15 @@ func (s *Store) Migrate(ctx context.Context, log *slog.Logger) (int, error) {
 // retryTx runs fn in a transaction, retrying on serialization failures and
 // deadlocks, which concurrent batches can meet on shared rows.
 func (s *Store) retryTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return s.retry(ctx, func() error { return pgx.BeginFunc(ctx, s.pool, fn) })
+}
+
+// retry runs fn (statements that are each atomic, or a transaction) again
+// on serialization failures and deadlocks.
+func (s *Store) retry(ctx context.Context, fn func() error) error {
 	var err error
 	for attempt := range 5 {
-		err = pgx.BeginFunc(ctx, s.pool, fn)
+		err = fn()
 		var pe *pgconn.PgError
 		if err == nil || !errors.As(err, &pe) || (pe.Code != "40001" && pe.Code != "40P01") {
 			return err
