@@ -27,6 +27,7 @@ type Fetch struct {
 	polite  *politeness
 	robots  *robotsCache
 	queries *queryCaps
+	seen    *seenCache
 	rules   *rulesCache
 }
 
@@ -41,6 +42,7 @@ func NewFetch(node string, st *store.Store, f *fetch.Fetcher, concurrency int, l
 		polite:  newPoliteness(node, st, log),
 		robots:  newRobotsCache(st, f, slots, log),
 		queries: &queryCaps{seen: map[gateKey]map[uint64]struct{}{}},
+		seen:    newSeenCache(),
 		rules:   &rulesCache{store: st, byKey: map[int64]*rules{}},
 	}
 }
@@ -241,11 +243,13 @@ func batchFailed(err error, progress campaign.BatchResult) error {
 // restart): the fetches are already paid for.
 func (f *Fetch) commit(ctx context.Context, key int64, holder string, chunk []outcome) (campaign.BatchResult, error) {
 	outs := make([]store.Outcome, len(chunk))
-	var links []store.NewURL
+	var found []store.NewURL
 	for i, o := range chunk {
 		outs[i] = o.o
-		links = append(links, o.links...)
+		found = append(found, o.links...)
 	}
+	seen := f.seen.table(key)
+	links := seen.unseen(found)
 	var (
 		res store.CommitResult
 		err error
@@ -260,6 +264,9 @@ func (f *Fetch) commit(ctx context.Context, key int64, holder string, chunk []ou
 	}
 	if err != nil {
 		return campaign.BatchResult{}, err
+	}
+	for _, l := range found { // all in the frontier now, inserted or not
+		seen.add(l.Fingerprint)
 	}
 	var r campaign.BatchResult
 	r.Discovered = res.Discovered
