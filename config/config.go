@@ -63,6 +63,8 @@ type Node struct {
 	AllowPrivateNetworks bool
 	// AllowNetworks are CIDR ranges fetches may reach even so.
 	AllowNetworks []string
+	// DebugAddr, when set, serves Go's /debug/pprof there (host:port).
+	DebugAddr string
 }
 
 // Default is the configuration with nothing set: it matches `spiderpool
@@ -153,6 +155,7 @@ func (c *Config) NodeFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&n.AllowPrivateNetworks, "allow-private-networks", n.AllowPrivateNetworks,
 		"let fetches reach loopback, private and link-local addresses (env "+EnvAllowPrivate+"; off: refused at dial time)")
 	fs.StringArrayVar(&n.AllowNetworks, "allow-network", n.AllowNetworks, "CIDR range fetches may reach even if private (repeatable)")
+	fs.StringVar(&n.DebugAddr, "debug-addr", n.DebugAddr, "serve /debug/pprof on this host:port")
 }
 
 // Guard is the fetch address policy of the node settings.

@@ -10,6 +10,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -43,7 +46,7 @@ func Node(cfg config.Config, logger *slog.Logger) *fx.App {
 		fx.StartTimeout(2*cfg.ConnectTimeout+30*time.Second),
 		fx.StopTimeout(45*time.Second),
 		fx.Provide(openStore, dialTemporal, newFetcher),
-		fx.Invoke(runNode),
+		fx.Invoke(runNode, serveDebug),
 	)
 }
 
@@ -105,6 +108,10 @@ func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Sto
 		MaxConcurrentActivityExecutionSize: n.MaxBatches,
 		// Long enough for batches to hand back what they have not started.
 		WorkerStopTimeout: 20 * time.Second,
+		// Heartbeats reach the server every few seconds: the SDK's default
+		// throttle (0.8 of the timeout) leaves too little slack on a busy
+		// node, and a missed timeout reroutes a healthy node's batch.
+		MaxHeartbeatThrottleInterval: 3 * time.Second,
 	})
 	activities.NewFetch(n.ID, st, f, n.FetchConcurrency, log).Register(nodeWorker)
 
@@ -141,6 +148,32 @@ func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Sto
 			return nil
 		},
 	})
+}
+
+// serveDebug serves /debug/pprof when --debug-addr is set.
+func serveDebug(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) error {
+	if cfg.Node.DebugAddr == "" {
+		return nil
+	}
+	l, err := net.Listen("tcp", cfg.Node.DebugAddr)
+	if err != nil {
+		return fmt.Errorf("--debug-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			go srv.Serve(l) //nolint:errcheck // ends with Shutdown
+			log.Info("serving pprof", "addr", l.Addr().String())
+			return nil
+		},
+		OnStop: srv.Shutdown,
+	})
+	return nil
 }
 
 func heartbeat(ctx context.Context, done chan<- struct{}, st *store.Store, reg store.Registration, every time.Duration, log *slog.Logger) {
