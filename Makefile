@@ -13,7 +13,7 @@ export SPIDERPOOL_TEMPORAL_BIN := $(BIN)/temporal
 # Packages under the race detector (activities starts its own Postgres).
 UNIT_PKGS := ./ring/... ./campaign/... ./crawl/... ./fetch/... ./workflows/... ./config/... ./activities/...
 
-.PHONY: help tools postgres build test test-unit test-integration demo dev histories fuzz vet clean
+.PHONY: help tools postgres build test test-unit test-integration demo dev histories fuzz vet clean bench bench-scale
 
 help:
 	@echo "make demo   - run the local stack and crawl the bundled synthetic web"
@@ -21,6 +21,8 @@ help:
 	@echo "make dev    - run the local stack until Ctrl-C (bin/spiderpool dev)"
 	@echo "make histories - re-record the workflow histories the replay tests guard"
 	@echo "make fuzz   - run each fuzz target for FUZZTIME (default 30s)"
+	@echo "make bench  - spiderpool vs Colly on a 100k-page web, and the hot paths; updates README"
+	@echo "make bench-scale - spiderpool at 10k, 100k and 1M pages; updates README"
 
 tools: $(BIN)/temporal postgres
 
@@ -67,9 +69,18 @@ histories: tools
 	SPIDERPOOL_RECORD_HISTORIES=1 $(GO) test -count=1 -run 'TestKilledNodeLosesNothing|TestDrainThenStop' ./tests/chaos/
 	$(GO) test -count=1 -run TestReplayRecordedHistories ./workflows/
 
+# The benchmark is its own module (bench/go.mod): Colly never enters spiderpool's.
+BENCH_PAIRS ?= 3
+bench: tools build
+	cd bench && $(GO) build -o $(BIN)/bench . && $(BIN)/bench run -pairs $(BENCH_PAIRS) -spiderpool $(BIN)/spiderpool \
+		&& $(BIN)/bench micro && $(BIN)/bench readme
+
+bench-scale: tools build
+	cd bench && $(GO) build -o $(BIN)/bench . && $(BIN)/bench scale -spiderpool $(BIN)/spiderpool && $(BIN)/bench readme
+
 FUZZTIME ?= 30s
 fuzz:
-	for f in FuzzCanonicalize FuzzResolve FuzzExtractLinks; do \
+	for f in FuzzCanonicalize FuzzResolve FuzzFastPathAgrees FuzzExtractLinks FuzzRobots FuzzSitemap; do \
 		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./crawl/ || exit 1; \
 	done
 

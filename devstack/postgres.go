@@ -273,7 +273,7 @@ func RepoRoot() (string, error) {
 		return "", err
 	}
 	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/spiderpool/spiderpool") {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module github.com/spiderpool/spiderpool\n") {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)

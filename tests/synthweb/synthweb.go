@@ -47,6 +47,13 @@ type Config struct {
 	// Intercept sees every request to host h first; returning true means it
 	// answered (a 429, say) and the normal page is not served.
 	Intercept map[int]func(http.ResponseWriter, *http.Request) bool
+	// CountOnly keeps only per-URL request counts, not every request's
+	// time and status: for benchmarks of a million pages.
+	CountOnly bool
+	// PlainLinks writes links without fragments or upper-case schemes
+	// (relative and absolute forms still): for crawlers that would count
+	// "/p#a" and "/p#b" as two pages.
+	PlainLinks bool
 }
 
 // Request is one entry of the access log.
@@ -200,6 +207,28 @@ func (w *Web) Log(host string) []Request {
 	return slices.Clone(w.log[host])
 }
 
+// Reset forgets every request served, for the next crawl of the same web.
+func (w *Web) Reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.hits, w.times, w.log, w.failures = map[string]int{}, map[string][]time.Time{}, map[string][]Request{}, map[string]int{}
+}
+
+// Tally compares the requests served with the web: pages never requested,
+// and pages requested more often than a crawl fetching each once would.
+func (w *Web) Tally() (missing, duplicates int) {
+	hits := w.Hits()
+	for _, p := range w.Pages() {
+		switch n := hits[p]; {
+		case n == 0:
+			missing++
+		case n > w.ExpectedHits(p):
+			duplicates++
+		}
+	}
+	return missing, duplicates
+}
+
 // Revive makes the dead links answer 200 from now on, like a site that
 // fixed its broken pages.
 func (w *Web) Revive() {
@@ -239,6 +268,10 @@ func (w *Web) links(h, i int) []string {
 		switch {
 		case th != h:
 			return "http://" + w.hosts[th] + path
+		case w.cfg.PlainLinks && k%2 == 1:
+			return "http://" + self + path
+		case w.cfg.PlainLinks:
+			return path
 		case k%4 == 1:
 			return "HTTP://" + self + path + "#s" + strconv.Itoa(k)
 		case k%4 == 2 && ti != 0 && i == 0:
@@ -319,15 +352,19 @@ func (w *Web) handler(h int) http.Handler {
 		at := time.Now()
 		w.mu.Lock()
 		w.hits[host+key]++
-		w.times[host] = append(w.times[host], at)
+		if !w.cfg.CountOnly {
+			w.times[host] = append(w.times[host], at)
+		}
 		w.mu.Unlock()
-		rec := &statusRecorder{ResponseWriter: rw}
-		defer func() {
-			w.mu.Lock()
-			w.log[host] = append(w.log[host], Request{At: at, Path: key, Status: rec.status})
-			w.mu.Unlock()
-		}()
-		rw = rec
+		if !w.cfg.CountOnly {
+			rec := &statusRecorder{ResponseWriter: rw}
+			defer func() {
+				w.mu.Lock()
+				w.log[host] = append(w.log[host], Request{At: at, Path: key, Status: rec.status})
+				w.mu.Unlock()
+			}()
+			rw = rec
+		}
 		if w.cfg.Latency > 0 {
 			time.Sleep(w.cfg.Latency)
 		}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gocolly/colly/v2"
+)
+
+// crawlResult is one crawler's run as `bench colly` reports it.
+type crawlResult struct {
+	Pages     int64   `json:"pages"`
+	Seconds   float64 `json:"seconds"`
+	PeakRSSMB float64 `json:"peak_rss_mb"`
+}
+
+// collyCrawl crawls the web the way Colly's documentation does it: async
+// collector, one limit rule for all domains, links followed from
+// a[href] in OnHTML.
+func collyCrawl(args []string) error {
+	fs := flag.NewFlagSet("colly", flag.ExitOnError)
+	seed := fs.String("seed", "", "seed URL")
+	parallelism := fs.Int("parallelism", 48, "requests in flight")
+	fs.Parse(args)
+
+	c := colly.NewCollector(colly.Async(true), colly.MaxDepth(0))
+	if err := c.Limit(&colly.LimitRule{DomainGlob: "*", Parallelism: *parallelism}); err != nil {
+		return err
+	}
+	c.SetRequestTimeout(30 * time.Second)
+	var pages atomic.Int64
+	c.OnResponse(func(*colly.Response) { pages.Add(1) })
+	c.OnHTML("a[href]", func(e *colly.HTMLElement) { _ = e.Request.Visit(e.Attr("href")) })
+	start := time.Now()
+	if err := c.Visit(*seed); err != nil {
+		return err
+	}
+	c.Wait()
+	res := crawlResult{Pages: pages.Load(), Seconds: time.Since(start).Seconds(), PeakRSSMB: float64(peakRSS(os.Getpid())) / (1 << 20)}
+	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// runColly crawls once with Colly in its own process.
+func runColly(seed string, parallelism int) (crawlResult, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return crawlResult{}, err
+	}
+	out, err := exec.Command(self, "colly", "-seed", seed, "-parallelism", strconv.Itoa(parallelism)).Output()
+	if err != nil {
+		return crawlResult{}, fmt.Errorf("colly: %w", err)
+	}
+	var r crawlResult
+	return r, json.Unmarshal(out, &r)
+}
+
+// peakRSS reads a process's VmHWM, in bytes.
+func peakRSS(pid int) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

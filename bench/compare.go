@@ -1,0 +1,213 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// results is bench/results.json: what the README's performance section
+// is made from.
+type results struct {
+	Date    string        `json:"date"`
+	Machine string        `json:"machine"`
+	Compare *compareRun   `json:"compare,omitempty"`
+	Scale   []scalePoint  `json:"scale,omitempty"`
+	Micro   []microResult `json:"micro,omitempty"`
+}
+
+type compareRun struct {
+	Pages       int         `json:"pages"`
+	Hosts       int         `json:"hosts"`
+	Links       int         `json:"links_per_page"`
+	Parallelism int         `json:"parallelism"`
+	Pairs       []benchPair `json:"pairs"`
+	// Ratio is median(spiderpool pages/s) / median(Colly pages/s).
+	Ratio float64 `json:"ratio"`
+}
+
+type benchPair struct {
+	Spiderpool measured `json:"spiderpool"`
+	Colly      measured `json:"colly"`
+}
+
+type measured struct {
+	Pages            int64   `json:"pages"`
+	Seconds          float64 `json:"seconds"`
+	PagesPerSecond   float64 `json:"pages_per_second"`
+	Duplicates       int     `json:"duplicate_fetches"`
+	Missing          int     `json:"pages_missed"`
+	PeakRSSMB        float64 `json:"peak_rss_mb"`
+	Runs             int     `json:"workflow_runs,omitempty"`
+	MaxHistoryEvents int64   `json:"max_history_events,omitempty"`
+}
+
+type scalePoint struct {
+	Pages int `json:"pages"`
+	measured
+	// VsSmallest is pages/s relative to the smallest size measured.
+	VsSmallest float64 `json:"vs_smallest"`
+}
+
+func machine() string {
+	return fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
+}
+
+func loadResults(path string) results {
+	var r results
+	if b, err := os.ReadFile(path); err == nil {
+		_ = json.Unmarshal(b, &r)
+	}
+	return r
+}
+
+func saveResults(path string, r results) error {
+	r.Date, r.Machine = time.Now().UTC().Format(time.RFC3339), machine()
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func measure(r crawlResult, s webStats) measured {
+	return measured{Pages: r.Pages, Seconds: r.Seconds, PagesPerSecond: float64(r.Pages) / r.Seconds,
+		Duplicates: s.Duplicates, Missing: s.Missing, PeakRSSMB: r.PeakRSSMB}
+}
+
+// runCompare alternates spiderpool and Colly crawls of one web.
+func runCompare(args []string) error {
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	var wf webFlags
+	wf.bind(fs, 100_000)
+	pairs := fs.Int("pairs", 3, "spiderpool/Colly pairs, alternating")
+	nodes := fs.Int("nodes", 3, "spiderpool nodes")
+	conc := fs.Int("concurrency", 16, "requests in flight per spiderpool node; Colly gets nodes x this")
+	bin := fs.String("spiderpool", "../bin/spiderpool", "the spiderpool binary")
+	out := fs.String("out", "results.json", "results file")
+	fs.Parse(args)
+
+	web, err := startWeb(wf)
+	if err != nil {
+		return err
+	}
+	defer web.stop()
+	st, err := startStack(*bin, *nodes, *conc)
+	if err != nil {
+		return err
+	}
+	defer st.stop()
+	cr := &compareRun{Pages: wf.pages, Hosts: wf.hosts, Links: wf.links, Parallelism: *nodes * *conc}
+	var sp, co []float64
+	for i := range *pairs {
+		if err := web.reset(); err != nil {
+			return err
+		}
+		s, err := st.crawl(web.seed, 64)
+		if err != nil {
+			return fmt.Errorf("spiderpool run %d: %w", i+1, err)
+		}
+		stats, err := web.stats()
+		if err != nil {
+			return err
+		}
+		pair := benchPair{Spiderpool: measure(s.crawlResult, stats)}
+		pair.Spiderpool.Runs, pair.Spiderpool.MaxHistoryEvents = s.Runs, s.MaxHistoryEvents
+		fmt.Printf("pair %d  spiderpool %8.0f pages/s  %6d pages  %5d duplicates  %3d missed  %6.0f MiB RSS (3 nodes)  %d run(s), max %d events\n",
+			i+1, pair.Spiderpool.PagesPerSecond, s.Pages, stats.Duplicates, stats.Missing, s.PeakRSSMB, s.Runs, s.MaxHistoryEvents)
+
+		if err := web.reset(); err != nil {
+			return err
+		}
+		c, err := runColly(web.seed, *nodes**conc)
+		if err != nil {
+			return fmt.Errorf("colly run %d: %w", i+1, err)
+		}
+		if stats, err = web.stats(); err != nil {
+			return err
+		}
+		pair.Colly = measure(c, stats)
+		fmt.Printf("pair %d  colly      %8.0f pages/s  %6d pages  %5d duplicates  %3d missed  %6.0f MiB RSS\n",
+			i+1, pair.Colly.PagesPerSecond, c.Pages, stats.Duplicates, stats.Missing, c.PeakRSSMB)
+		cr.Pairs = append(cr.Pairs, pair)
+		sp, co = append(sp, pair.Spiderpool.PagesPerSecond), append(co, pair.Colly.PagesPerSecond)
+	}
+	cr.Ratio = median(sp) / median(co)
+	fmt.Printf("\nmedian pages/s: spiderpool %.0f, Colly %.0f; spiderpool/Colly = %.2f\n", median(sp), median(co), cr.Ratio)
+	r := loadResults(*out)
+	r.Compare = cr
+	return saveResults(*out, r)
+}
+
+// runScale crawls webs of several sizes with spiderpool alone.
+func runScale(args []string) error {
+	fs := flag.NewFlagSet("scale", flag.ExitOnError)
+	sizes := fs.String("sizes", "10000,100000,1000000", "web sizes in pages")
+	hosts := fs.Int("hosts", 50, "hosts")
+	links := fs.Int("links", 20, "links per page")
+	nodes := fs.Int("nodes", 3, "spiderpool nodes")
+	conc := fs.Int("concurrency", 16, "requests in flight per node")
+	bin := fs.String("spiderpool", "../bin/spiderpool", "the spiderpool binary")
+	out := fs.String("out", "results.json", "results file")
+	fs.Parse(args)
+	st, err := startStack(*bin, *nodes, *conc)
+	if err != nil {
+		return err
+	}
+	defer st.stop()
+	var points []scalePoint
+	for _, f := range strings.Split(*sizes, ",") {
+		var n int
+		if _, err := fmt.Sscan(f, &n); err != nil || n <= 0 {
+			return fmt.Errorf("bad size %q", f)
+		}
+		web, err := startWeb(webFlags{pages: n, hosts: *hosts, links: *links})
+		if err != nil {
+			return err
+		}
+		s, err := st.crawl(web.seed, 64)
+		if err != nil {
+			web.stop()
+			return fmt.Errorf("spiderpool at %d pages: %w", n, err)
+		}
+		stats, err := web.stats()
+		web.stop()
+		if err != nil {
+			return err
+		}
+		p := scalePoint{Pages: n, measured: measure(s.crawlResult, stats)}
+		p.Runs, p.MaxHistoryEvents = s.Runs, s.MaxHistoryEvents
+		if len(points) > 0 {
+			p.VsSmallest = p.PagesPerSecond / points[0].PagesPerSecond
+		} else {
+			p.VsSmallest = 1
+		}
+		points = append(points, p)
+		fmt.Printf("%8d pages  %8.0f pages/s (x%.2f of the smallest)  %5d duplicates  %3d missed  %6.0f MiB RSS (3 nodes)  %d run(s), max %d events\n",
+			n, p.PagesPerSecond, p.VsSmallest, stats.Duplicates, stats.Missing, p.PeakRSSMB, p.Runs, p.MaxHistoryEvents)
+	}
+	if len(points) == 0 {
+		return errors.New("no sizes")
+	}
+	r := loadResults(*out)
+	r.Scale = points
+	return saveResults(*out, r)
+}

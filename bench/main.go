@@ -1,0 +1,44 @@
+// Command bench measures spiderpool against Colly on the same synthetic
+// web in the same run: `make bench`. It is its own module so that Colly
+// never becomes a dependency of spiderpool.
+//
+//	bench run     alternate spiderpool and Colly crawls, write results.json
+//	bench scale   spiderpool alone at several sizes
+//	bench micro   the hot-path microbenchmarks (go test -bench)
+//	bench serve   the synthetic web as a process, with counters (internal)
+//	bench colly   one Colly crawl as a process (internal)
+//	bench readme  regenerate README.md's performance section from results.json
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: bench run|scale|micro|serve|colly|readme [flags]")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "run":
+		err = runCompare(os.Args[2:])
+	case "scale":
+		err = runScale(os.Args[2:])
+	case "micro":
+		err = runMicro(os.Args[2:])
+	case "serve":
+		err = serve(os.Args[2:])
+	case "colly":
+		err = collyCrawl(os.Args[2:])
+	case "readme":
+		err = readme(os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown command %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
