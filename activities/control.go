@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -21,6 +23,9 @@ import (
 type Control struct {
 	Store *store.Store
 	Log   *slog.Logger
+	// SearchAttributes lists the custom search attributes the namespace
+	// has registered; nil means none are (the workflow upserts none).
+	SearchAttributes func(context.Context) ([]string, error)
 }
 
 // Register names each activity as in package campaign.
@@ -62,7 +67,38 @@ func (c *Control) StartCampaign(ctx context.Context, req campaign.StartRequest) 
 		return campaign.StartResult{}, err
 	}
 	c.Log.Info("campaign started", "campaign", req.CampaignID, "seeds", len(seeds), "new_seeds", n, "resumed", existed)
-	return campaign.StartResult{CampaignKey: key, SeedsInserted: n, Resumed: existed}, nil
+	return campaign.StartResult{
+		CampaignKey: key, SeedsInserted: n, Resumed: existed,
+		SearchAttributes: c.usableAttributes(ctx, req.CampaignID),
+	}, nil
+}
+
+// usableAttributes are spiderpool's search attributes the namespace knows.
+// Not knowing is no reason to fail a campaign: it runs without them, and
+// the log says how to register them.
+func (c *Control) usableAttributes(ctx context.Context, campaignID string) []string {
+	if c.SearchAttributes == nil {
+		return nil
+	}
+	registered, err := c.SearchAttributes(ctx)
+	if err != nil {
+		c.Log.Warn("cannot list search attributes; the campaign will not upsert them", "campaign", campaignID, "error", err)
+		return nil
+	}
+	var usable, missing []string
+	for _, name := range slices.Sorted(maps.Keys(campaign.SearchAttributeTypes)) {
+		if slices.Contains(registered, name) {
+			usable = append(usable, name)
+		} else {
+			missing = append(missing, name+"="+campaign.SearchAttributeTypes[name])
+		}
+	}
+	if len(missing) > 0 {
+		c.Log.Warn("search attributes not registered; the Web UI cannot filter campaigns by them",
+			"campaign", campaignID, "missing", missing,
+			"register", "temporal operator search-attribute create --name NAME --type TYPE")
+	}
+	return usable
 }
 
 // LeaseBatch leases due URLs for the workflow to route.

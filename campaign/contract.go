@@ -25,6 +25,33 @@ const (
 	StatusQuery = "status"
 )
 
+// Search attributes the workflow upserts, so the Web UI and `temporal
+// workflow list --query 'CampaignStatus="Running"'` can filter campaigns.
+// A namespace must register them (the dev stack does; see README for a
+// cluster); the workflow upserts only those registered when it starts.
+const (
+	AttrStatus  = "CampaignStatus" // one of the CampaignStatus values below
+	AttrFetched = "PagesFetched"
+	AttrFailed  = "PagesFailed"
+)
+
+// SearchAttributeTypes gives each search attribute's Temporal type, as
+// `temporal operator search-attribute create --type` spells it.
+var SearchAttributeTypes = map[string]string{
+	AttrStatus:  "Keyword",
+	AttrFetched: "Int",
+	AttrFailed:  "Int",
+}
+
+// CampaignStatus values.
+const (
+	StatusRunning   = "Running"
+	StatusPaused    = "Paused"
+	StatusCompleted = "Completed"
+	StatusCancelled = "Cancelled"
+	StatusFailed    = "Failed"
+)
+
 // NodeQueue is the task queue a node polls for its fetch batches.
 func NodeQueue(nodeID string) string { return nodeQueuePrefix + nodeID }
 
@@ -63,6 +90,10 @@ type StartResult struct {
 	// Resumed is set when the campaign already existed: a workflow started
 	// again under the same ID carries on with its frontier.
 	Resumed bool `json:"resumed"`
+	// SearchAttributes are the names among AttrStatus, AttrFetched and
+	// AttrFailed the namespace has registered: the ones the workflow may
+	// upsert (an unregistered one would fail its workflow task).
+	SearchAttributes []string `json:"search_attributes,omitempty"`
 }
 
 // LeaseRequest asks for a batch of due URLs.
@@ -316,6 +347,8 @@ type Carry struct {
 	Rejected    []string      `json:"rejected,omitempty"`
 	// DispatchedLease is the newest lease routed (see RingChange.AfterLease).
 	DispatchedLease int64 `json:"dispatched_lease"`
+	// SearchAttributes as in StartResult.
+	SearchAttributes []string `json:"search_attributes,omitempty"`
 }
 
 // CarriedNode is a node's campaign state across continue-as-new.

@@ -18,19 +18,13 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/log"
+
+	"github.com/spiderpool/spiderpool/campaign"
 )
 
 // TemporalCLIVersion is the CLI whose dev server spiderpool develops and
 // tests against; `make tools` installs it into ./bin.
 const TemporalCLIVersion = "v1.5.1"
-
-// SearchAttributes are registered on the dev server at start; the campaign
-// workflow upserts them so the Web UI can filter campaigns.
-var SearchAttributes = map[string]string{
-	"CampaignStatus": "Keyword",
-	"PagesFetched":   "Int",
-	"PagesFailed":    "Int",
-}
 
 // TemporalOptions configure a dev server.
 type TemporalOptions struct {
@@ -112,8 +106,9 @@ func (t *Temporal) start(ctx context.Context) error {
 		"--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
 		"--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
 	}
-	for _, name := range slices.Sorted(maps.Keys(SearchAttributes)) {
-		args = append(args, "--search-attribute", name+"="+SearchAttributes[name])
+	// Registered at start, so the campaign workflow can upsert them.
+	for _, name := range slices.Sorted(maps.Keys(campaign.SearchAttributeTypes)) {
+		args = append(args, "--search-attribute", name+"="+campaign.SearchAttributeTypes[name])
 	}
 	if t.opts.UIPort < 0 {
 		args = append(args, "--headless")

@@ -10,12 +10,15 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"slices"
 	"time"
 
+	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.uber.org/dig"
@@ -101,7 +104,7 @@ func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Sto
 		MaxConcurrentLocalActivityExecutionSize: 64,
 	})
 	workflows.Register(controlWorker)
-	(&activities.Control{Store: st, Log: log}).Register(controlWorker)
+	(&activities.Control{Store: st, Log: log, SearchAttributes: searchAttributes(tc, cfg.Namespace)}).Register(controlWorker)
 
 	nodeWorker := worker.New(tc, campaign.NodeQueue(n.ID), worker.Options{
 		Identity:                           identity,
@@ -148,6 +151,18 @@ func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Sto
 			return nil
 		},
 	})
+}
+
+// searchAttributes lists the namespace's custom search attributes.
+func searchAttributes(tc client.Client, namespace string) func(context.Context) ([]string, error) {
+	return func(ctx context.Context) ([]string, error) {
+		resp, err := tc.OperatorService().ListSearchAttributes(ctx,
+			&operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+		if err != nil {
+			return nil, fmt.Errorf("list search attributes of namespace %s: %w", namespace, err)
+		}
+		return slices.Collect(maps.Keys(resp.GetCustomAttributes())), nil
+	}
 }
 
 // serveDebug serves /debug/pprof when --debug-addr is set.

@@ -40,7 +40,15 @@ func CrawlCampaign(ctx workflow.Context, spec campaign.Spec, carry *campaign.Car
 	if err != nil {
 		return campaign.Summary{}, err
 	}
-	return d.loop()
+	sum, err := d.loop()
+	var (
+		canErr      *workflow.ContinueAsNewError
+		canceledErr *temporal.CanceledError
+	)
+	if err != nil && !errors.As(err, &canErr) && !errors.As(err, &canceledErr) {
+		d.progress(ctx, campaign.StatusFailed, d.counters.Fetched, d.counters.Failed, true)
+	}
+	return sum, err
 }
 
 // Reasons recorded in node_weight_history.
@@ -95,6 +103,9 @@ type dispatcher struct {
 	ops             int // retry waits, releases and ring-change writes outstanding
 	cancelled       bool
 	state           string
+
+	attrs []string  // search attributes the namespace has (see progress)
+	pub   published // what they last said
 }
 
 type batch struct {
@@ -121,6 +132,7 @@ func newDispatcher(ctx workflow.Context, spec campaign.Spec, carry *campaign.Car
 	if carry != nil {
 		d.key, d.run, d.counters, d.paused, d.rejected = carry.CampaignKey, carry.Run+1, carry.Counters, carry.Paused, carry.Rejected
 		d.dispatchedLease = carry.DispatchedLease
+		d.attrs = carry.SearchAttributes
 		for _, c := range carry.Nodes {
 			d.addNode(&node{
 				id: c.ID, weight: c.Weight, override: c.Override, drain: c.Drain, health: c.Health,
@@ -151,6 +163,7 @@ func (d *dispatcher) loop() (campaign.Summary, error) {
 			return campaign.Summary{}, fmt.Errorf("start campaign %s: %w", d.id, err)
 		}
 		d.key = start.CampaignKey
+		d.attrs = start.SearchAttributes
 	}
 	d.refreshMembership()
 	d.scheduleMembershipTimer()
@@ -181,6 +194,7 @@ func (d *dispatcher) loop() (campaign.Summary, error) {
 			d.maybeLease()
 		}
 		d.maybeWaitTimer()
+		d.progress(ctx, d.campaignStatus(), d.counters.Fetched, d.counters.Failed, false)
 		d.sel.Select(ctx)
 	}
 }
@@ -213,7 +227,7 @@ func (d *dispatcher) continueAsNew() error {
 	d.drainSignals()
 	carry := &campaign.Carry{
 		CampaignKey: d.key, Run: d.run, Counters: d.counters, Paused: d.paused, Rejected: d.rejected,
-		DispatchedLease: d.dispatchedLease,
+		DispatchedLease: d.dispatchedLease, SearchAttributes: d.attrs,
 	}
 	for _, id := range d.order {
 		n := d.nodes[id]
@@ -240,6 +254,8 @@ func (d *dispatcher) finish() (campaign.Summary, error) {
 	if err := workflow.ExecuteActivity(actx, campaign.FinishCampaignActivity, req).Get(d.ctx, &sum); err != nil {
 		return sum, fmt.Errorf("finish campaign %s: %w", d.id, err)
 	}
+	d.state = "completed"
+	d.progress(d.ctx, campaign.StatusCompleted, sum.Fetched, sum.Failed, true)
 	return sum, nil
 }
 
@@ -258,6 +274,8 @@ func (d *dispatcher) finishCancelled() (campaign.Summary, error) {
 	if err != nil {
 		d.log.Warn("recording cancellation failed", "error", err)
 	}
+	d.state = "cancelled"
+	d.progress(ctx, campaign.StatusCancelled, d.counters.Fetched, d.counters.Failed, true)
 	return sum, temporal.NewCanceledError("campaign cancelled")
 }
 

@@ -48,6 +48,8 @@ type fakeCluster struct {
 	released  bool
 	// latency is each node's ms per request (default 10).
 	latency map[string]int64
+	// attrs are the search attributes StartCampaign says are registered.
+	attrs []string
 }
 
 func (f *fakeCluster) release() {
@@ -103,7 +105,7 @@ func (f *fakeCluster) all() []campaign.LeaseGroup { return f.pending }
 func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 	reg := func(fn any, name string) { env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name}) }
 	reg(func(_ context.Context, req campaign.StartRequest) (campaign.StartResult, error) {
-		return campaign.StartResult{CampaignKey: 42, SeedsInserted: len(req.Spec.Seeds)}, nil
+		return campaign.StartResult{CampaignKey: 42, SeedsInserted: len(req.Spec.Seeds), SearchAttributes: f.attrs}, nil
 	}, campaign.StartCampaignActivity)
 	reg(func(_ context.Context, req campaign.LeaseRequest) (campaign.Lease, error) {
 		f.mu.Lock()
