@@ -51,7 +51,9 @@ func (a *app) campaignCmd() *cobra.Command {
 		Use:   "campaign",
 		Short: "Start, inspect and steer crawl campaigns",
 	}
-	cmd.AddCommand(a.startCmd(), a.statusCmd(), a.watchCmd(), a.signalCmd(), a.cancelCmd(), a.retryFailedCmd())
+	cmd.AddCommand(a.startCmd(), a.listCmd(), a.statusCmd(), a.watchCmd(),
+		a.pauseCmd(), a.resumeCmd(), a.reweightCmd(), a.drainCmd(), a.undrainCmd(),
+		a.cancelCmd(), a.retryFailedCmd(), a.exportCmd())
 	return cmd
 }
 
@@ -162,95 +164,18 @@ func (a *app) statusCmd() *cobra.Command {
 	return cmd
 }
 
-func (a *app) watchCmd() *cobra.Command {
-	var every time.Duration
-	cmd := &cobra.Command{
-		Use:   "watch ID",
-		Short: "Follow a campaign until it ends, then print its summary",
-		Args:  cobra.ExactArgs(1),
-		RunE: a.withCampaigns(func(ctx context.Context, cs *control.Campaigns, args []string) error {
-			sum, err := control.Watch(ctx, cs, args[0], every, func(st campaign.Status) {
-				fmt.Println(progressLine(st))
-			})
-			if err != nil {
-				return err
-			}
-			printSummary(os.Stdout, sum)
-			return nil
-		}),
-	}
-	cmd.Flags().DurationVar(&every, "every", time.Second, "how often to print progress")
-	return cmd
-}
-
-func (a *app) signalCmd() *cobra.Command {
-	var (
-		node   string
-		weight float64
-	)
-	cmd := &cobra.Command{
-		Use:   "signal ID reweight|drain|undrain|pause|resume [--node N] [--weight W]",
-		Short: "Change a running campaign: node weights and drains, pause and resume",
-		Long: `Change a running campaign. The change is validated by the workflow and its
-answer printed; an unknown node or a bad weight is an error and changes
-nothing. Every ring change is recorded in node_weight_history.
-
-Temporal CLI equivalents (signals cannot answer; a rejected one is listed in
-'status'):
-  temporal workflow signal --workflow-id ID --name reweight --input '{"node":"node-2","weight":3}'
-  temporal workflow signal --workflow-id ID --name drain --input '{"node":"node-2"}'
-  temporal workflow signal --workflow-id ID --name pause`,
-		Example: `  spiderpool campaign signal my-crawl reweight --node node-3 --weight 0.5
-  spiderpool campaign signal my-crawl drain --node node-2
-  spiderpool campaign signal my-crawl pause`,
-		Args: cobra.ExactArgs(2),
-		PreRunE: func(cmd *cobra.Command, args []string) error {
-			if args[1] == campaign.Reweight && !cmd.Flags().Changed("weight") {
-				return fmt.Errorf("reweight needs --weight")
-			}
-			return nil
-		},
-		RunE: a.withCampaigns(func(ctx context.Context, cs *control.Campaigns, args []string) error {
-			id, op := args[0], args[1]
-			var (
-				ns  campaign.NodeStatus
-				err error
-			)
-			switch op {
-			case campaign.Reweight:
-				ns, err = cs.Reweight(ctx, id, node, weight)
-			case campaign.Drain:
-				ns, err = cs.Drain(ctx, id, node)
-			case campaign.Undrain:
-				ns, err = cs.Undrain(ctx, id, node)
-			case campaign.Pause:
-				_, err = cs.Pause(ctx, id)
-			case campaign.Resume:
-				_, err = cs.Resume(ctx, id)
-			default:
-				return fmt.Errorf("unknown signal %q: want reweight, drain, undrain, pause or resume", op)
-			}
-			if err != nil {
-				return err
-			}
-			if ns.ID != "" {
-				fmt.Printf("%s: node %s is %s, weight %s\n", id, ns.ID, ns.State, weightText(ns))
-			} else {
-				fmt.Printf("%s: %sd\n", id, strings.TrimSuffix(op, "e"))
-			}
-			return nil
-		}),
-	}
-	cmd.Flags().StringVar(&node, "node", "", "node ID (reweight, drain, undrain)")
-	cmd.Flags().Float64Var(&weight, "weight", 0, "new weight, >= 0 (reweight)")
-	return cmd
-}
-
 func (a *app) cancelCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "cancel ID",
 		Short: "Cancel a campaign; batches in flight hand back what they have not fetched",
-		Args:  cobra.ExactArgs(1),
+		Long: `Cancel a campaign. Batches in flight commit what they fetched and hand back
+the rest; the frontier keeps every URL, so starting the campaign again under
+the same ID carries on.
+
+Temporal CLI equivalent:
+  temporal workflow cancel --workflow-id ID`,
+		Example: "  spiderpool campaign cancel my-crawl",
+		Args:    cobra.ExactArgs(1),
 		RunE: a.withCampaigns(func(ctx context.Context, cs *control.Campaigns, args []string) error {
 			if err := cs.Cancel(ctx, args[0]); err != nil {
 				return err

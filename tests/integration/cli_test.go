@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -13,7 +14,9 @@ import (
 	"time"
 
 	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/control"
 	"github.com/spiderpool/spiderpool/devstack"
+	"github.com/spiderpool/spiderpool/store"
 	"github.com/spiderpool/spiderpool/tests/harness"
 	"github.com/spiderpool/spiderpool/tests/synthweb"
 )
@@ -155,11 +158,23 @@ func TestBadInputIsNamedAndHarmless(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFetched(t, s, id, 5)
-	r := runCmd(t, "", bin, append([]string{"campaign", "signal", id, "reweight", "--node", "ghost", "--weight", "2"}, common...)...)
+	// Paused from the CLI (so it cannot end while bad signals arrive): the
+	// workflow says paused, and its search attribute too.
+	if r := runCmd(t, "", bin, append([]string{"campaign", "pause", id}, common...)...); r.code != 0 {
+		t.Fatalf("campaign pause: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if st, err := s.Campaigns.Status(bg, id); err != nil || st.State != "paused" {
+		t.Fatalf("after pause: state %q, err %v", st.State, err)
+	}
+	harness.Eventually(t, time.Minute, "CampaignStatus=Paused in visibility", func() bool {
+		list, err := s.Campaigns.List(bg, campaign.StatusPaused, 10)
+		return err == nil && len(list) == 1 && list[0].ID == id
+	})
+	r := runCmd(t, "", bin, append([]string{"campaign", "reweight", id, "ghost", "2"}, common...)...)
 	if r.code == 0 || !strings.Contains(r.stderr, `node: unknown node "ghost"`) {
 		t.Errorf("reweight of an unknown node: exit %d, stderr %q", r.code, r.stderr)
 	}
-	r = runCmd(t, "", bin, append([]string{"campaign", "signal", id, "reweight", "--node", s.NodeID("n0"), "--weight", "-3"}, common...)...)
+	r = runCmd(t, "", bin, append(append([]string{"campaign", "reweight"}, common...), id, s.NodeID("n0"), "--", "-3")...)
 	if r.code == 0 || !strings.Contains(r.stderr, "weight: weight must be a finite number >= 0, got -3") {
 		t.Errorf("negative weight: exit %d, stderr %q", r.code, r.stderr)
 	}
@@ -171,6 +186,9 @@ func TestBadInputIsNamedAndHarmless(t *testing.T) {
 		st, err := s.Campaigns.Status(bg, id)
 		return err == nil && len(st.Rejected) == 1 && strings.Contains(st.Rejected[0], `unknown node "ghost"`)
 	})
+	if r := runCmd(t, "", bin, append([]string{"campaign", "resume", id}, common...)...); r.code != 0 {
+		t.Fatalf("campaign resume: exit %d, stderr %q", r.code, r.stderr)
+	}
 	ctx, cancel := context.WithTimeout(bg, 2*time.Minute)
 	defer cancel()
 	var sum campaign.Summary
@@ -178,6 +196,51 @@ func TestBadInputIsNamedAndHarmless(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertExactlyOnce(t, s, web, sum)
+
+	// The finished campaign is found by its search attributes, from the
+	// Temporal CLI as from ours, with its final page count.
+	harness.Eventually(t, time.Minute, "CampaignStatus=Completed in visibility", func() bool {
+		r := runCmd(t, "", tcli, "workflow", "list", "--address", addr, "-o", "json",
+			"--query", fmt.Sprintf(`CampaignStatus="Completed" AND WorkflowId=%q`, id))
+		return r.code == 0 && strings.Contains(r.stdout, id)
+	})
+	r = runCmd(t, "", bin, append([]string{"campaign", "list", "--status", "Completed", "--json"}, common...)...)
+	var listed []control.CampaignInfo
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &listed) != nil {
+		t.Fatalf("campaign list: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	found := false
+	for _, c := range listed {
+		if c.ID == id {
+			found = true
+			if c.Fetched == nil || *c.Fetched != sum.Fetched {
+				t.Errorf("list says %s fetched %v, summary %d", id, c.Fetched, sum.Fetched)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("campaign list --status Completed does not list %s: %s", id, r.stdout)
+	}
+
+	// Export writes one record per fetched page.
+	r = runCmd(t, "", bin, append([]string{"campaign", "export", id}, common...)...)
+	if r.code != 0 {
+		t.Fatalf("campaign export: exit %d, stderr %q", r.code, r.stderr)
+	}
+	urls := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var rec store.PageRecord
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("export line %q: %v", line, err)
+		}
+		if rec.State != "fetched" || rec.Status == 0 || rec.FetchedAt == nil || urls[rec.URL] {
+			t.Errorf("export record %+v: want a fetched page, once", rec)
+		}
+		urls[rec.URL] = true
+	}
+	if int64(len(urls)) != sum.Fetched {
+		t.Errorf("export wrote %d pages, campaign fetched %d", len(urls), sum.Fetched)
+	}
 }
 
 func TestCommandsFailFastWithoutServers(t *testing.T) {
