@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -38,6 +38,8 @@ type Config struct {
 
 	// From says where DatabaseURL and TemporalAddress came from.
 	From Source
+
+	bound map[string]bool // names of the flags bound to this config
 }
 
 // Node configures a worker process.
@@ -63,8 +65,14 @@ type Node struct {
 	AllowPrivateNetworks bool
 	// AllowNetworks are CIDR ranges fetches may reach even so.
 	AllowNetworks []string
-	// DebugAddr, when set, serves Go's /debug/pprof there (host:port).
-	DebugAddr string
+	// MetricsAddr, when set, serves Prometheus /metrics, /healthz and Go's
+	// /debug/pprof there (host:port).
+	MetricsAddr string
+	// WARCDir, when set, is where the node writes every page it fetches as
+	// WARC/1.1 records (see package archive).
+	WARCDir string
+	// WARCMaxSize is the size in bytes a WARC file rotates at.
+	WARCMaxSize int64
 }
 
 // Default is the configuration with nothing set: it matches `spiderpool
@@ -85,6 +93,7 @@ func Default() Config {
 			HeartbeatInterval: 3 * time.Second,
 			TTL:               15 * time.Second,
 			DBConns:           16,
+			WARCMaxSize:       1 << 30,
 		},
 	}
 }
@@ -111,11 +120,13 @@ const (
 	EnvAllowPrivate    = "SPIDERPOOL_ALLOW_PRIVATE_NETWORKS"
 )
 
-// Flags binds the shared settings to fs; values start from env over
-// defaults, so a flag given wins over both.
+// Flags binds the shared settings to fs. After parsing, ApplyEnv fills in
+// what the command line left out: a flag given wins over its environment
+// variable, which wins over the default.
 func (c *Config) Flags(fs *pflag.FlagSet) {
-	c.applyEnv()
+	defer c.bind(fs)
 	src := &c.From
+	*src = Source{DatabaseURL: "default", TemporalAddress: "default"}
 	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "Postgres URL (env "+EnvDatabaseURL+")")
 	fs.StringVar(&c.TemporalAddress, "temporal-address", c.TemporalAddress, "Temporal frontend host:port (env "+EnvTemporalAddress+")")
 	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "Temporal namespace (env "+EnvNamespace+")")
@@ -135,13 +146,8 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 
 // NodeFlags binds the worker settings.
 func (c *Config) NodeFlags(fs *pflag.FlagSet) {
+	defer c.bind(fs)
 	n := &c.Node
-	if v := os.Getenv(EnvNodeID); v != "" {
-		n.ID = v
-	}
-	if v, err := strconv.ParseFloat(os.Getenv(EnvNodeWeight), 64); err == nil {
-		n.Weight = v
-	}
 	fs.StringVar(&n.ID, "node", n.ID, "node ID; its task queue is spiderpool.node.<ID> (env "+EnvNodeID+")")
 	fs.Float64Var(&n.Weight, "weight", n.Weight, "share of hosts relative to other nodes; 0 takes none (env "+EnvNodeWeight+")")
 	fs.IntVar(&n.FetchConcurrency, "fetch-concurrency", n.FetchConcurrency, "simultaneous HTTP requests on this node")
@@ -149,13 +155,84 @@ func (c *Config) NodeFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&n.HeartbeatInterval, "heartbeat-interval", n.HeartbeatInterval, "how often the node renews its registry row")
 	fs.DurationVar(&n.TTL, "ttl", n.TTL, "registry heartbeat age past which campaigns treat this node as dead")
 	fs.IntVar(&n.DBConns, "db-conns", n.DBConns, "Postgres connections of this node")
-	if v, err := strconv.ParseBool(os.Getenv(EnvAllowPrivate)); err == nil {
-		n.AllowPrivateNetworks = v
-	}
 	fs.BoolVar(&n.AllowPrivateNetworks, "allow-private-networks", n.AllowPrivateNetworks,
 		"let fetches reach loopback, private and link-local addresses (env "+EnvAllowPrivate+"; off: refused at dial time)")
 	fs.StringArrayVar(&n.AllowNetworks, "allow-network", n.AllowNetworks, "CIDR range fetches may reach even if private (repeatable)")
-	fs.StringVar(&n.DebugAddr, "debug-addr", n.DebugAddr, "serve /debug/pprof on this host:port")
+	fs.StringVar(&n.MetricsAddr, "metrics-addr", n.MetricsAddr, "serve Prometheus /metrics, /healthz and /debug/pprof on this host:port")
+	fs.StringVar(&n.WARCDir, "warc-dir", n.WARCDir, "write every fetched page as WARC/1.1 records into this directory")
+	fs.Int64Var(&n.WARCMaxSize, "warc-max-size", n.WARCMaxSize, "bytes at which a WARC file is closed and the next begun")
+}
+
+// envNames are the environment variables of flags whose names other tools
+// share; every other flag NAME reads SPIDERPOOL_NAME (dashes as
+// underscores), so a container can be configured by environment alone.
+var envNames = map[string]string{
+	"database-url":           EnvDatabaseURL,
+	"temporal-address":       EnvTemporalAddress,
+	"namespace":              EnvNamespace,
+	"control-queue":          EnvControlQueue,
+	"log-level":              EnvLogLevel,
+	"log-format":             EnvLogFormat,
+	"node":                   EnvNodeID,
+	"weight":                 EnvNodeWeight,
+	"allow-private-networks": EnvAllowPrivate,
+}
+
+// EnvName is the environment variable that sets flag name.
+func EnvName(flag string) string {
+	if e, ok := envNames[flag]; ok {
+		return e
+	}
+	return "SPIDERPOOL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+func (c *Config) bind(fs *pflag.FlagSet) {
+	if c.bound == nil {
+		c.bound = map[string]bool{}
+	}
+	fs.VisitAll(func(f *pflag.Flag) { c.bound[f.Name] = true })
+}
+
+// ApplyEnv sets each configuration flag in fs that the command line left
+// out from its environment variable, if set (see EnvName); a value that
+// does not parse is an error naming the variable. Flags of a command's own
+// (--json, --spec) are not configuration and read no environment.
+func (c *Config) ApplyEnv(fs *pflag.FlagSet) error {
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed || !c.bound[f.Name] {
+			return
+		}
+		env := EnvName(f.Name)
+		v, ok := os.LookupEnv(env)
+		if !ok || v == "" {
+			return
+		}
+		if err := f.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q (for --%s): %w", env, v, f.Name, err))
+			return
+		}
+		f.Changed = false // still not from the command line
+		switch f.Name {
+		case "database-url":
+			c.From.DatabaseURL = env
+		case "temporal-address":
+			c.From.TemporalAddress = env
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// SourceOf says where flag f's value came from: "--name", the environment
+// variable, or "default".
+func SourceOf(f *pflag.Flag) string {
+	if f.Changed {
+		return "--" + f.Name
+	}
+	if v, ok := os.LookupEnv(EnvName(f.Name)); ok && v != "" {
+		return EnvName(f.Name)
+	}
+	return "default"
 }
 
 // Guard is the fetch address policy of the node settings.
@@ -169,29 +246,6 @@ func (n Node) Guard() (fetch.Guard, error) {
 		g.Allow = append(g.Allow, p.Masked())
 	}
 	return g, nil
-}
-
-func (c *Config) applyEnv() {
-	src := &c.From
-	*src = Source{DatabaseURL: "default", TemporalAddress: "default"}
-	if v := os.Getenv(EnvDatabaseURL); v != "" {
-		c.DatabaseURL, src.DatabaseURL = v, EnvDatabaseURL
-	}
-	if v := os.Getenv(EnvTemporalAddress); v != "" {
-		c.TemporalAddress, src.TemporalAddress = v, EnvTemporalAddress
-	}
-	if v := os.Getenv(EnvNamespace); v != "" {
-		c.Namespace = v
-	}
-	if v := os.Getenv(EnvControlQueue); v != "" {
-		c.ControlQueue = v
-	}
-	if v := os.Getenv(EnvLogLevel); v != "" {
-		c.LogLevel = v
-	}
-	if v := os.Getenv(EnvLogFormat); v != "" {
-		c.LogFormat = v
-	}
 }
 
 // sourced records that a flag was set on the command line.
@@ -257,6 +311,9 @@ func (c *Config) ValidateNode() error {
 	}
 	if _, err := n.Guard(); err != nil {
 		errs = append(errs, err)
+	}
+	if n.WARCMaxSize < 1<<20 {
+		errs = append(errs, fmt.Errorf("--warc-max-size must be at least 1 MiB (1048576), got %d", n.WARCMaxSize))
 	}
 	return errors.Join(errs...)
 }

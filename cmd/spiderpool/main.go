@@ -43,11 +43,14 @@ Try the whole thing locally:  make demo`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.cfg.ApplyEnv(cmd.Flags()); err != nil {
+				return err
+			}
 			return a.cfg.Validate()
 		},
 	}
 	a.cfg.Flags(root.PersistentFlags())
-	root.AddCommand(a.workerCmd(), a.migrateCmd(), a.devCmd(), a.campaignCmd(), versionCmd())
+	root.AddCommand(a.workerCmd(), a.migrateCmd(), a.devCmd(), a.campaignCmd(), a.configCmd(), versionCmd())
 	return root
 }
 
