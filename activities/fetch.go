@@ -12,8 +12,10 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/spiderpool/spiderpool/archive"
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/fetch"
+	"github.com/spiderpool/spiderpool/metrics"
 	"github.com/spiderpool/spiderpool/store"
 )
 
@@ -29,13 +31,25 @@ type Fetch struct {
 	queries *queryCaps
 	seen    *seenCache
 	rules   *rulesCache
+	metrics *metrics.Crawl
+	archive *archive.Writer
 }
 
-// NewFetch returns the fetch activities of node, making at most concurrency
-// requests at once.
-func NewFetch(node string, st *store.Store, f *fetch.Fetcher, concurrency int, log *slog.Logger) *Fetch {
+// FetchOptions are a node's fetch settings beyond its identity.
+type FetchOptions struct {
+	// Concurrency caps the node's simultaneous requests.
+	Concurrency int
+	// Metrics records crawl metrics; nil records none.
+	Metrics *metrics.Crawl
+	// Archive receives every fetched page as WARC records before it is
+	// committed; nil writes none.
+	Archive *archive.Writer
+}
+
+// NewFetch returns the fetch activities of node.
+func NewFetch(node string, st *store.Store, f *fetch.Fetcher, o FetchOptions, log *slog.Logger) *Fetch {
 	log = log.With("node", node)
-	slots := make(chan struct{}, concurrency)
+	slots := make(chan struct{}, max(1, o.Concurrency))
 	return &Fetch{
 		node: node, store: st, fetcher: f, log: log,
 		slots:   slots,
@@ -44,6 +58,8 @@ func NewFetch(node string, st *store.Store, f *fetch.Fetcher, concurrency int, l
 		queries: &queryCaps{seen: map[gateKey]map[uint64]struct{}{}},
 		seen:    newSeenCache(),
 		rules:   &rulesCache{store: st, byKey: map[int64]*rules{}},
+		metrics: o.Metrics,
+		archive: o.Archive,
 	}
 }
 
@@ -68,13 +84,28 @@ type outcome struct {
 	sitemapURLs    int // new URLs its host's sitemaps added
 	requestMs      int64
 	transportError bool // no answer: counts against the node's health
+	// exchange is the fetch to archive, when the node archives and the
+	// page ended fetched.
+	exchange *archive.Exchange
 }
 
 // FetchBatch fetches the batch's URLs that are still leased to it, commits
 // results in chunks and heartbeats its progress. A retried attempt, or the
 // batch rerouted to another node, claims only what is still unsettled, so
 // it resumes where the last holder stopped.
-func (f *Fetch) FetchBatch(ctx context.Context, req campaign.FetchBatchRequest) (campaign.BatchResult, error) {
+func (f *Fetch) FetchBatch(ctx context.Context, req campaign.FetchBatchRequest) (res campaign.BatchResult, err error) {
+	ended := f.metrics.BatchStarted()
+	defer func() {
+		var canceled *temporal.CanceledError
+		switch {
+		case err == nil:
+			ended("completed")
+		case errors.As(err, &canceled):
+			ended("cancelled")
+		default:
+			ended("failed")
+		}
+	}()
 	info := activity.GetInfo(ctx)
 	log := f.log.With("campaign", req.CampaignID, "lease", req.LeaseID, "route", req.Route, "attempt", req.Attempt)
 	r, err := f.rules.get(ctx, req.CampaignKey)
@@ -120,6 +151,9 @@ func (f *Fetch) FetchBatch(ctx context.Context, req campaign.FetchBatchRequest) 
 		}
 	}()
 	progress.Skipped += len(req.IDs) - len(claimed)
+	for _, c := range claimed {
+		f.metrics.LeaseAge(c.LeaseAge)
+	}
 	var mu sync.Mutex // guards progress against the heartbeat loop
 	snapshot := func() campaign.BatchResult { mu.Lock(); defer mu.Unlock(); return progress }
 
@@ -242,6 +276,13 @@ func batchFailed(err error, progress campaign.BatchResult) error {
 // commit records a chunk, retrying while Postgres is briefly away (a
 // restart): the fetches are already paid for.
 func (f *Fetch) commit(ctx context.Context, key int64, holder string, chunk []outcome) (campaign.BatchResult, error) {
+	// Archived before committed: a crash between the two refetches the
+	// page (and archives it again) rather than leaving a page fetched in
+	// Postgres with no record of it. A failed write fails the chunk,
+	// which stays leased and is fetched again.
+	if err := f.archiveChunk(chunk); err != nil {
+		return campaign.BatchResult{}, err
+	}
 	outs := make([]store.Outcome, len(chunk))
 	var found []store.NewURL
 	for i, o := range chunk {
@@ -270,6 +311,13 @@ func (f *Fetch) commit(ctx context.Context, key int64, holder string, chunk []ou
 	}
 	var r campaign.BatchResult
 	r.Discovered = res.Discovered
+	f.metrics.Discovered(res.Discovered)
+	defer func() {
+		f.metrics.Settled("fetched", r.Fetched)
+		f.metrics.Settled("failed", r.Failed)
+		f.metrics.Settled("excluded", r.Excluded)
+		f.metrics.Settled("retry", r.Retried)
+	}()
 	for _, o := range chunk {
 		r.Discovered += o.sitemapURLs
 		if !res.Accepted[o.o.ID] {
@@ -296,6 +344,22 @@ func (f *Fetch) commit(ctx context.Context, key int64, holder string, chunk []ou
 		}
 	}
 	return r, nil
+}
+
+// archiveChunk writes the chunk's fetched pages to the node's WARC files.
+func (f *Fetch) archiveChunk(chunk []outcome) error {
+	if f.archive == nil {
+		return nil
+	}
+	for i := range chunk {
+		if ex := chunk[i].exchange; ex != nil {
+			if err := f.archive.Write(*ex); err != nil {
+				return err
+			}
+			chunk[i].exchange = nil // written: a retried commit does not write it again
+		}
+	}
+	return nil
 }
 
 // heartbeatLoop reports progress at a third of the heartbeat timeout, on

@@ -102,7 +102,7 @@ func TestFetchBatchOutcomes(t *testing.T) {
 
 	var env testsuite.WorkflowTestSuite
 	aenv := env.NewTestActivityEnvironment()
-	f := activities.NewFetch("n1", s, fetch.New(4, fetch.Guard{AllowPrivate: true}), 8, quiet)
+	f := activities.NewFetch("n1", s, fetch.New(4, fetch.Guard{AllowPrivate: true}), activities.FetchOptions{Concurrency: 8}, quiet)
 	f.Register(aenv)
 	val, err := aenv.ExecuteActivity(campaign.FetchBatchActivity, campaign.FetchBatchRequest{
 		CampaignID: "c1", CampaignKey: start.CampaignKey, LeaseID: lease.LeaseID, Node: "n1", IDs: lease.Groups[0].IDs,

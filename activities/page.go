@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spiderpool/spiderpool/archive"
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/crawl"
 	"github.com/spiderpool/spiderpool/fetch"
@@ -64,9 +65,12 @@ func (f *Fetch) fetchOne(ctx context.Context, r *rules, campaignKey int64, c sto
 		}
 	}
 
+	waitFrom := time.Now()
 	if !g.turn(ctx, stop, f.takeSlot(stop), f.giveSlot) {
 		return out, false
 	}
+	f.metrics.HostWait(time.Since(waitFrom))
+	requestEnded := f.metrics.RequestStarted()
 	// Once sent, a request runs to its end and its result is committed,
 	// even if the batch is cancelled: dropping it would make the page be
 	// fetched again.
@@ -77,8 +81,11 @@ func (f *Fetch) fetchOne(ctx context.Context, r *rules, campaignKey int64, c sto
 		IdleTimeout:    spec.Timeouts.Idle.D(),
 		MaxBodyBytes:   spec.Limits.MaxBodyBytes,
 		KeepBody:       true,
+		KeepAnyType:    f.archive != nil, // an archive keeps every page, not only HTML
 	})
+	requestEnded()
 	f.giveSlot()
+	f.metrics.Response(resp.Status, resp.Length, resp.Duration)
 	g.observe(ctx, &resp, spec.Politeness.MaxRetryAfter.D())
 	g.done()
 
@@ -111,6 +118,12 @@ func (f *Fetch) fetchOne(ctx context.Context, r *rules, campaignKey int64, c sto
 		return out, true
 	}
 	out.o.State = store.Fetched
+	if f.archive != nil {
+		out.exchange = &archive.Exchange{
+			URL: c.URL, Date: resp.Sent, RequestHeader: resp.RequestHeader,
+			Proto: resp.Proto, Status: resp.Status, Header: resp.Header, Body: resp.Body, Decompressed: resp.Decompressed,
+		}
+	}
 	page := &store.Page{
 		Status: resp.Status, ContentType: resp.ContentType, ContentLength: resp.Length,
 		Digest: resp.Digest, FetchedAt: time.Now(), Duration: resp.Duration,

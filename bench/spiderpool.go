@@ -90,7 +90,7 @@ func (s *stack) crawl(seed string, maxDepth int) (spiderpoolResult, error) {
 			"--allow-private-networks", "--log-level", "warn"}
 		if base := os.Getenv("BENCH_PPROF_BASE"); base != "" { // profile the nodes: 127.0.0.1:<base+i>
 			port, _ := strconv.Atoi(base)
-			args = append(args, "--debug-addr", fmt.Sprintf("127.0.0.1:%d", port+i))
+			args = append(args, "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port+i))
 		}
 		p := exec.Command(s.bin, args...)
 		p.Env = append(os.Environ(), config.EnvDatabaseURL+"="+db, config.EnvTemporalAddress+"="+cfg.TemporalAddress,

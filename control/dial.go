@@ -17,18 +17,23 @@ import (
 
 // Dial connects to Temporal and checks the namespace answers within
 // cfg.ConnectTimeout. The error names the address and where it came from.
-func Dial(ctx context.Context, cfg config.Config, logger *slog.Logger) (client.Client, error) {
+// Each of with may adjust the client options (a node adds its metrics).
+func Dial(ctx context.Context, cfg config.Config, logger *slog.Logger, with ...func(*client.Options)) (client.Client, error) {
 	where := fmt.Sprintf("%s (namespace %s, address from %s)", cfg.TemporalAddress, cfg.Namespace, from(cfg.From.TemporalAddress))
 	dctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
-	c, err := client.DialContext(dctx, client.Options{
+	opts := client.Options{
 		HostPort:  cfg.TemporalAddress,
 		Namespace: cfg.Namespace,
 		Logger:    tlog.NewStructuredLogger(logger),
 		ConnectionOptions: client.ConnectionOptions{
 			GetSystemInfoTimeout: cfg.ConnectTimeout,
 		},
-	})
+	}
+	for _, w := range with {
+		w(&opts)
+	}
+	c, err := client.DialContext(dctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach Temporal at %s: %w", where, err)
 	}

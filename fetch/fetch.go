@@ -54,6 +54,14 @@ type Response struct {
 	Truncated   bool          // the body was longer than MaxBodyBytes; only that much was read
 	Digest      string        // sha256:<hex> of the bytes read
 	Duration    time.Duration
+	// The exchange as it went, for archiving (see package archive): when
+	// the request was sent, the request and response headers, the
+	// protocol, and whether the transport decompressed the body.
+	Sent          time.Time
+	RequestHeader http.Header
+	Header        http.Header
+	Proto         string
+	Decompressed  bool
 	// Err is a transport failure: no status, or the body broke off.
 	Err error
 }
@@ -114,13 +122,18 @@ func (f *Fetcher) Get(ctx context.Context, url string, o Options) Response {
 	}
 	req.Header.Set("User-Agent", o.UserAgent)
 	req.Header.Set("Accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.5")
+	r.Sent, r.RequestHeader = start, req.Header
 	resp, err := f.client.Do(req)
 	if err != nil {
 		r.Err, r.Duration = err, time.Since(start)
 		return r
 	}
 	defer resp.Body.Close()
-	r.Status = resp.StatusCode
+	r.Status, r.Header, r.Proto, r.Decompressed = resp.StatusCode, resp.Header, resp.Proto, resp.Uncompressed
+	if resp.Uncompressed {
+		r.RequestHeader = req.Header.Clone()
+		r.RequestHeader.Set("Accept-Encoding", "gzip") // the transport's own
+	}
 	r.Location = resp.Header.Get("Location")
 	r.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	if mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type")); err == nil {

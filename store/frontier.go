@@ -285,6 +285,9 @@ type ClaimedURL struct {
 	Depth     int
 	Redirects int
 	Attempts  int
+	// LeaseAge is how long ago the URL was leased: its time in the
+	// workflow and the node's task queue before a batch claimed it.
+	LeaseAge time.Duration
 }
 
 // Claim makes holder the owner of the listed URLs that are still leased
@@ -303,14 +306,19 @@ func (s *Store) Claim(ctx context.Context, campaignKey, leaseID int64, ids []int
 		WHERE f.campaign = $1 AND f.lease_id = $2 AND f.id = ANY($3) AND f.state = 'leased'
 		  AND (f.lease_holder IS NULL OR f.lease_holder = $4 OR NOT EXISTS (
 		      SELECT 1 FROM holders h WHERE h.holder = f.lease_holder AND h.alive_until > now()))
-		RETURNING id, url, shard_key, depth, redirects, attempts`,
+		RETURNING id, url, shard_key, depth, redirects, attempts,
+		          (extract(epoch FROM now() - coalesce(leased_at, now())) * 1000)::bigint`,
 		campaignKey, leaseID, ids, holder, node, ttl.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("claim lease %d: %w", leaseID, err)
 	}
 	claimed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClaimedURL, error) {
-		var c ClaimedURL
-		err := r.Scan(&c.ID, &c.URL, &c.ShardKey, &c.Depth, &c.Redirects, &c.Attempts)
+		var (
+			c     ClaimedURL
+			ageMs int64
+		)
+		err := r.Scan(&c.ID, &c.URL, &c.ShardKey, &c.Depth, &c.Redirects, &c.Attempts, &ageMs)
+		c.LeaseAge = time.Duration(ageMs) * time.Millisecond
 		return c, err
 	})
 	if err != nil {

@@ -26,10 +26,12 @@ import (
 	"go.uber.org/fx/fxevent"
 
 	"github.com/spiderpool/spiderpool/activities"
+	"github.com/spiderpool/spiderpool/archive"
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/config"
 	"github.com/spiderpool/spiderpool/control"
 	"github.com/spiderpool/spiderpool/fetch"
+	"github.com/spiderpool/spiderpool/metrics"
 	"github.com/spiderpool/spiderpool/store"
 	"github.com/spiderpool/spiderpool/workflows"
 )
@@ -48,8 +50,8 @@ func Node(cfg config.Config, logger *slog.Logger) *fx.App {
 		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		fx.StartTimeout(2*cfg.ConnectTimeout+30*time.Second),
 		fx.StopTimeout(45*time.Second),
-		fx.Provide(openStore, dialTemporal, newFetcher),
-		fx.Invoke(runNode, serveDebug),
+		fx.Provide(openStore, newMetrics, dialTemporal, newFetcher, openArchive),
+		fx.Invoke(runNode, serveHTTP),
 	)
 }
 
@@ -72,8 +74,25 @@ func openStore(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) (*store.Sto
 	return s, nil
 }
 
-func dialTemporal(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) (client.Client, error) {
-	c, err := control.Dial(context.Background(), cfg, log)
+func newMetrics(cfg config.Config) (*metrics.Registry, error) { return metrics.New(cfg.Node.ID) }
+
+// openArchive opens the node's WARC writer when --warc-dir is set (nil
+// otherwise); it is closed after the workers stop.
+func openArchive(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) (*archive.Writer, error) {
+	if cfg.Node.WARCDir == "" {
+		return nil, nil
+	}
+	w, err := archive.Open(cfg.Node.WARCDir, cfg.Node.ID, cfg.Node.WARCMaxSize)
+	if err != nil {
+		return nil, fmt.Errorf("--warc-dir: %w", err)
+	}
+	log.Info("writing WARC files", "dir", cfg.Node.WARCDir, "max_size", cfg.Node.WARCMaxSize)
+	lc.Append(fx.StopHook(w.Close))
+	return w, nil
+}
+
+func dialTemporal(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, m *metrics.Registry) (client.Client, error) {
+	c, err := control.Dial(context.Background(), cfg, log, func(o *client.Options) { o.MetricsHandler = m.Temporal })
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +108,8 @@ func newFetcher(cfg config.Config) (*fetch.Fetcher, error) {
 	return fetch.New(max(4, cfg.Node.FetchConcurrency/8), guard), nil
 }
 
-func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Store, tc client.Client, f *fetch.Fetcher) {
+func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Store, tc client.Client, f *fetch.Fetcher,
+	m *metrics.Registry, arch *archive.Writer) {
 	n := cfg.Node
 	identity := fmt.Sprintf("%s@%s:%d", n.ID, hostname(), os.Getpid())
 	reg := store.Registration{
@@ -116,7 +136,9 @@ func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Sto
 		// node, and a missed timeout reroutes a healthy node's batch.
 		MaxHeartbeatThrottleInterval: 3 * time.Second,
 	})
-	activities.NewFetch(n.ID, st, f, n.FetchConcurrency, log).Register(nodeWorker)
+	activities.NewFetch(n.ID, st, f, activities.FetchOptions{
+		Concurrency: n.FetchConcurrency, Metrics: m.Crawl, Archive: arch,
+	}, log).Register(nodeWorker)
 
 	beatCtx, stopBeat := context.WithCancel(context.Background())
 	beatDone := make(chan struct{})
@@ -165,16 +187,20 @@ func searchAttributes(tc client.Client, namespace string) func(context.Context) 
 	}
 }
 
-// serveDebug serves /debug/pprof when --debug-addr is set.
-func serveDebug(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) error {
-	if cfg.Node.DebugAddr == "" {
+// serveHTTP serves the node's /metrics (crawl and Temporal SDK metrics,
+// Prometheus text format), /healthz and /debug/pprof when --metrics-addr
+// is set.
+func serveHTTP(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, m *metrics.Registry) error {
+	if cfg.Node.MetricsAddr == "" {
 		return nil
 	}
-	l, err := net.Listen("tcp", cfg.Node.DebugAddr)
+	l, err := net.Listen("tcp", cfg.Node.MetricsAddr)
 	if err != nil {
-		return fmt.Errorf("--debug-addr: %w", err)
+		return fmt.Errorf("--metrics-addr: %w", err)
 	}
 	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
@@ -183,7 +209,7 @@ func serveDebug(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) error {
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
 			go srv.Serve(l) //nolint:errcheck // ends with Shutdown
-			log.Info("serving pprof", "addr", l.Addr().String())
+			log.Info("serving metrics", "url", "http://"+l.Addr().String()+"/metrics")
 			return nil
 		},
 		OnStop: srv.Shutdown,

@@ -1,0 +1,207 @@
+package integration
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nlnwa/gowarc/v3"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/spiderpool/spiderpool/archive"
+	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/config"
+	"github.com/spiderpool/spiderpool/devstack"
+	"github.com/spiderpool/spiderpool/tests/harness"
+	"github.com/spiderpool/spiderpool/tests/synthweb"
+)
+
+// scrape reads a node's /metrics in the Prometheus text format.
+func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s", resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v", err)
+	}
+	return fams
+}
+
+// sum adds a family's counter (or histogram count) values whose labels
+// include want.
+func sum(f *dto.MetricFamily, want map[string]string) float64 {
+	if f == nil {
+		return 0
+	}
+	var n float64
+	for _, m := range f.GetMetric() {
+		ok := true
+		for k, v := range want {
+			found := false
+			for _, l := range m.GetLabel() {
+				if l.GetName() == k && l.GetValue() == v {
+					found = true
+				}
+			}
+			ok = ok && found
+		}
+		if !ok {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			n += m.GetCounter().GetValue()
+		case m.Histogram != nil:
+			n += float64(m.GetHistogram().GetSampleCount())
+		case m.Gauge != nil:
+			n += m.GetGauge().GetValue()
+		}
+	}
+	return n
+}
+
+// warcRecords counts response and request records per target URI in
+// every WARC file of dir, each record read back with strict validation.
+func warcRecords(t *testing.T, dir string) (responses, requests map[string]int, files int) {
+	t.Helper()
+	paths, err := archive.Files(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	responses, requests = map[string]int{}, map[string]int{}
+	for _, path := range paths {
+		if strings.HasSuffix(path, ".open") {
+			t.Errorf("%s still open after its node stopped", path)
+		}
+		r, err := gowarc.NewWarcFileReader(path, 0, gowarc.WithStrictValidation())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			rec, err := r.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			if len(rec.Validation) > 0 {
+				t.Errorf("%s at %d: %v", path, rec.Offset, rec.Validation)
+			}
+			uri := rec.WarcRecord.WarcHeader().Get(gowarc.WarcTargetURI)
+			switch rec.WarcRecord.Type() {
+			case gowarc.Response:
+				responses[uri]++
+				if hb, ok := rec.WarcRecord.Block().(gowarc.HttpResponseBlock); !ok || hb.HttpStatusCode() != 200 {
+					t.Errorf("%s: response record is not an HTTP 200 block", uri)
+				}
+			case gowarc.Request:
+				requests[uri]++
+			}
+			rec.Close()
+		}
+		r.Close()
+	}
+	return responses, requests, len(paths)
+}
+
+// TestWARCAndMetrics is issue 6's acceptance 2 and 3: two nodes crawl
+// with WARC output and /metrics on; mid-crawl the metrics show crawl and
+// Temporal SDK counters moving; at the end the WARC files, read back and
+// validated by the WARC library, hold every fetched page exactly once.
+func TestWARCAndMetrics(t *testing.T) {
+	web := startWeb(t, synthweb.Config{
+		Hosts: 8, Pages: 800, LinksPerPage: 6, CrossHostFraction: 0.3, Seed: 11,
+		DeadLinkFraction: 0.02, TransientFraction: 0.03, TransientAttempts: 1,
+	})
+	s := harness.NewStack(t)
+	warcDir := t.TempDir()
+	port, err := devstack.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", port)
+	withWARC := func(addr string) func(*config.Config) {
+		return func(c *config.Config) {
+			c.Node.WARCDir, c.Node.WARCMaxSize = warcDir, 1<<20 // small files: rotation is exercised
+			c.Node.MetricsAddr = addr
+		}
+	}
+	a := s.StartNodeWith("a", 1, withWARC(metricsAddr))
+	b := s.StartNodeWith("b", 1, withWARC(""))
+
+	spec := loopbackSpec(web)
+	spec.Politeness = campaign.Politeness{MinDelay: campaign.Duration(10 * time.Millisecond), MaxConcurrencyPerHost: 2}
+	spec.Retry = campaign.Retry{InitialInterval: campaign.Duration(50 * time.Millisecond)}
+	id := "warc-" + s.Name
+	run, err := s.Campaigns.Start(bg, id, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFetched(t, s, id, 100)
+	var fams map[string]*dto.MetricFamily
+	harness.Eventually(t, time.Minute, "node a's metrics to count pages and Temporal activity", func() bool {
+		fams = scrape(t, metricsAddr)
+		return sum(fams["spiderpool_responses_total"], map[string]string{"class": "2xx", "node": a}) > 0 &&
+			sum(fams["temporal_activity_execution_latency_seconds"], nil) > 0
+	})
+	for _, name := range []string{"spiderpool_fetch_duration_seconds", "spiderpool_host_wait_seconds",
+		"spiderpool_lease_age_seconds", "spiderpool_response_bytes_total", "spiderpool_urls_total"} {
+		if sum(fams[name], map[string]string{"node": a}) == 0 {
+			t.Errorf("%s is zero mid-crawl", name)
+		}
+	}
+	var sdk []string
+	for name, f := range fams {
+		if strings.HasPrefix(name, "temporal_") && sum(f, nil) > 0 {
+			sdk = append(sdk, name)
+		}
+	}
+	t.Logf("mid-crawl: node %s responses 2xx=%.0f, bytes=%.0f; %d Temporal SDK series non-zero (e.g. %v)",
+		a, sum(fams["spiderpool_responses_total"], map[string]string{"class": "2xx"}),
+		sum(fams["spiderpool_response_bytes_total"], nil), len(sdk), head(sdk))
+
+	var summary campaign.Summary
+	if err := run.Get(bg, &summary); err != nil {
+		t.Fatal(err)
+	}
+	assertExactlyOnce(t, s, web, summary)
+	s.StopNode(a) // closing the writers finishes their files
+	s.StopNode(b)
+
+	responses, requests, files := warcRecords(t, warcDir)
+	pages := web.Pages()
+	var missing, twice []string
+	for _, p := range pages {
+		switch responses[p] {
+		case 0:
+			missing = append(missing, p)
+		case 1:
+		default:
+			twice = append(twice, p)
+		}
+		if requests[p] != responses[p] {
+			t.Errorf("%s: %d request records for %d responses", p, requests[p], responses[p])
+		}
+	}
+	if len(missing) > 0 || len(twice) > 0 || len(responses) != len(pages) {
+		t.Fatalf("WARC files: %d of %d pages missing (e.g. %v), %d twice (e.g. %v), %d URIs in all",
+			len(missing), len(pages), head(missing), len(twice), head(twice), len(responses))
+	}
+	t.Logf("WARC: %d files, %d response + %d request records, every one of %d pages once",
+		files, len(responses), len(requests), len(pages))
+}
