@@ -130,7 +130,74 @@ func (r *Ring) Lookup(key string) (string, bool) {
 }
 
 // LookupHash is Lookup for a key already hashed with xxhash.Sum64.
+//
+// The score -ln(u)/w needs a logarithm, the costly part. With x = 1-u,
+// x + x²/2 <= -ln(u) <= x/(1-x), tight for the small x that win; so a
+// first pass bounds every class's score without one, and only classes
+// whose lower bound does not exceed the least upper bound (about one or
+// two) take their logarithm. The result is exactly that of scoring all.
 func (r *Ring) LookupHash(h uint64) (string, bool) {
+	const onStack = 16
+	n := len(r.classes)
+	switch {
+	case n == 0:
+		return "", false
+	case n == 1: // equal weights: the largest u wins, no logarithm needed
+		top, topU := -1, uint64(0)
+		for _, i := range r.classes[0].members {
+			if u := mix(h ^ r.members[i].seed); top < 0 || u > topU {
+				top, topU = i, u
+			}
+		}
+		return r.members[top].id, true
+	case n > onStack:
+		return r.lookupEvery(h)
+	}
+	var (
+		tops         [onStack]int
+		us           [onStack]uint64
+		lows         [onStack]float64
+		upNum, upDen = math.Inf(1), 1.0
+	)
+	for ci := range n {
+		c := &r.classes[ci]
+		top, topU := -1, uint64(0)
+		for _, i := range c.members {
+			if u := mix(h ^ r.members[i].seed); top < 0 || u > topU {
+				top, topU = i, u
+			}
+		}
+		invW := -c.negInvWeight
+		u := unit(topU) // in (0, 1)
+		x := 1 - u
+		tops[ci], us[ci], lows[ci] = top, topU, invW*x*(1+x/2)
+		// The upper bound invW·x/u, kept as a fraction: no division here.
+		if num := invW * x; num*upDen < upNum*u {
+			upNum, upDen = num, u
+		}
+	}
+	best, bestScore := -1, math.Inf(1)
+	limit := upNum / upDen * (1 + 1e-9) // the margin keeps rounding from skipping a winner
+	for ci := range n {
+		if lows[ci] > limit {
+			continue
+		}
+		// Scores tie only when two classes draw the same u with weights in
+		// an exact ratio; classes are visited in weight order, so the tie
+		// goes to the heavier class, deterministically.
+		if s := score(r.classes[ci].negInvWeight, us[ci]); s < bestScore {
+			best, bestScore = tops[ci], s
+		}
+	}
+	if best < 0 {
+		return "", false
+	}
+	return r.members[best].id, true
+}
+
+// lookupEvery scores every class: LookupHash's answer for rings with more
+// distinct weights than it bounds on the stack.
+func (r *Ring) lookupEvery(h uint64) (string, bool) {
 	best, bestScore := -1, math.Inf(1)
 	for _, c := range r.classes {
 		top, topU := -1, uint64(0)
@@ -139,14 +206,6 @@ func (r *Ring) LookupHash(h uint64) (string, bool) {
 				top, topU = i, u
 			}
 		}
-		// -ln(u) >= 1-u, so a class whose bound already loses skips its
-		// logarithm. The margin keeps rounding from ever skipping a winner.
-		if bound := -c.negInvWeight * (1 - unit(topU)); bound > bestScore*(1+1e-9) {
-			continue
-		}
-		// Scores tie only when two classes draw the same u with weights in
-		// an exact ratio; classes are visited in weight order, so the tie
-		// goes to the heavier class, deterministically.
 		if s := score(c.negInvWeight, topU); s < bestScore {
 			best, bestScore = top, s
 		}

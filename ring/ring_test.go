@@ -3,6 +3,7 @@ package ring
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -223,5 +224,24 @@ func BenchmarkLookup(b *testing.B) {
 				r.Lookup(keys[i&4095])
 			}
 		})
+	}
+}
+
+// TestBoundedLookupIsExact: the bounds LookupHash prunes with never change
+// an answer from scoring every class.
+func TestBoundedLookupIsExact(t *testing.T) {
+	for _, nodes := range []int{2, 3, 7, 16} {
+		r := New()
+		for i := range nodes {
+			r.Set(fmt.Sprintf("n%d", i), 0.25+float64(i)*0.75)
+		}
+		for k := range 200_000 {
+			h := xxhash.Sum64String(strconv.Itoa(k))
+			got, _ := r.LookupHash(h)
+			want, _ := r.lookupEvery(h)
+			if got != want {
+				t.Fatalf("%d nodes, key %d: bounded lookup says %s, scoring all says %s", nodes, k, got, want)
+			}
+		}
 	}
 }
