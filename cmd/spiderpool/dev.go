@@ -38,6 +38,8 @@ type DevNode struct {
 	Weight float64 `json:"weight"`
 	PID    int     `json:"pid"`
 	Log    string  `json:"log"`
+	// Metrics is the node's /metrics URL, if it serves one.
+	Metrics string `json:"metrics,omitempty"`
 }
 
 func (a *app) devCmd() *cobra.Command {
@@ -48,6 +50,8 @@ func (a *app) devCmd() *cobra.Command {
 		uiport   int
 		pgport   int
 		stateDir string
+		mport    int
+		warcDir  string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -65,7 +69,10 @@ with its Web UI (unless TEMPORAL_ADDRESS is set), and node processes, each a
 			if err != nil {
 				return err
 			}
-			return a.runDev(cmd.Context(), ws, tport, uiport, pgport, stateDir)
+			if !cmd.Flags().Changed("warc-dir") {
+				warcDir = filepath.Join(stateDir, "warc")
+			}
+			return a.runDev(cmd.Context(), ws, devPorts{temporal: tport, ui: uiport, pg: pgport, metrics: mport}, stateDir, warcDir)
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "number of node processes")
@@ -74,6 +81,8 @@ with its Web UI (unless TEMPORAL_ADDRESS is set), and node processes, each a
 	cmd.Flags().IntVar(&uiport, "ui-port", 8233, "Temporal Web UI port")
 	cmd.Flags().IntVar(&pgport, "pg-port", 55432, "port of the private Postgres cluster")
 	cmd.Flags().StringVar(&stateDir, "state-dir", ".spiderpool", "where node logs and dev.json go")
+	cmd.Flags().IntVar(&mport, "metrics-port", 9101, "first node's /metrics port on 127.0.0.1, the next node's one more; 0: no metrics")
+	cmd.Flags().StringVar(&warcDir, "warc-dir", "", `where nodes write WARC files (default "<state-dir>/warc"; "" to write none)`)
 	return cmd
 }
 
@@ -101,7 +110,10 @@ func portFree(port int, what, flag string) error {
 	return l.Close()
 }
 
-func (a *app) runDev(ctx context.Context, weights []float64, tport, uiport, pgport int, stateDir string) error {
+type devPorts struct{ temporal, ui, pg, metrics int }
+
+func (a *app) runDev(ctx context.Context, weights []float64, ports devPorts, stateDir, warcDir string) error {
+	tport, uiport, pgport := ports.temporal, ports.ui, ports.pg
 	if err := os.MkdirAll(filepath.Join(stateDir, "logs"), 0o755); err != nil {
 		return err
 	}
@@ -183,8 +195,21 @@ func (a *app) runDev(ctx context.Context, weights []float64, tport, uiport, pgpo
 		defer logFile.Close()
 		// The dev stack crawls webs on this machine: its nodes opt in to
 		// private addresses, which nodes refuse by default.
-		p := exec.Command(self, "worker", "--node", id, "--weight", strconv.FormatFloat(w, 'g', -1, 64),
-			"--log-level", cfg.LogLevel, "--allow-private-networks")
+		args := []string{"worker", "--node", id, "--weight", strconv.FormatFloat(w, 'g', -1, 64),
+			"--log-level", cfg.LogLevel, "--allow-private-networks"}
+		var metricsURL string
+		if ports.metrics > 0 {
+			port := ports.metrics + i
+			if err := portFree(port, id+"'s metrics", "--metrics-port"); err != nil {
+				return err
+			}
+			args = append(args, "--metrics-addr", "127.0.0.1:"+strconv.Itoa(port))
+			metricsURL = "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics"
+		}
+		if warcDir != "" {
+			args = append(args, "--warc-dir", warcDir)
+		}
+		p := exec.Command(self, args...)
 		p.Env = append(os.Environ(),
 			config.EnvDatabaseURL+"="+cfg.DatabaseURL,
 			config.EnvTemporalAddress+"="+cfg.TemporalAddress,
@@ -196,7 +221,7 @@ func (a *app) runDev(ctx context.Context, weights []float64, tport, uiport, pgpo
 			return fmt.Errorf("start %s: %w", id, err)
 		}
 		procs = append(procs, p)
-		state.Nodes = append(state.Nodes, DevNode{ID: id, Weight: w, PID: p.Process.Pid, Log: logPath})
+		state.Nodes = append(state.Nodes, DevNode{ID: id, Weight: w, PID: p.Process.Pid, Log: logPath, Metrics: metricsURL})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -227,7 +252,10 @@ func (a *app) runDev(ctx context.Context, weights []float64, tport, uiport, pgpo
 	}
 	fmt.Printf("  Postgres   %s\n", cfg.DatabaseURL)
 	for _, n := range state.Nodes {
-		fmt.Printf("  %-10s weight %-4g pid %-7d log %s\n", n.ID, n.Weight, n.PID, n.Log)
+		fmt.Printf("  %-10s weight %-4g pid %-7d log %s  %s\n", n.ID, n.Weight, n.PID, n.Log, n.Metrics)
+	}
+	if warcDir != "" {
+		fmt.Printf("  WARC files %s\n", warcDir)
 	}
 	fmt.Printf("\nIn another shell:  source %s\n", envFile)
 	fmt.Println("  bin/spiderpool campaign start --seed http://127.0.0.1:PORT/ --wait")

@@ -33,9 +33,10 @@ type devState struct {
 	WebUI           string `json:"web_ui"`
 	ControlQueue    string `json:"control_queue"`
 	Nodes           []struct {
-		ID     string  `json:"id"`
-		Weight float64 `json:"weight"`
-		PID    int     `json:"pid"`
+		ID      string  `json:"id"`
+		Weight  float64 `json:"weight"`
+		PID     int     `json:"pid"`
+		Metrics string  `json:"metrics"`
 	} `json:"nodes"`
 }
 
@@ -136,11 +137,46 @@ func run() error {
 		return err
 	}
 	report(sum, w)
+	findInVisibility(ctx, cs, id)
+	for _, n := range state.Nodes {
+		if n.Metrics != "" {
+			fmt.Printf("  metrics of %s: %s\n", n.ID, n.Metrics)
+		}
+	}
+	fmt.Printf("  WARC files: %s\n  page records: bin/spiderpool campaign export %s (after: source %s)\n",
+		filepath.Join(stateDir, "warc"), id, filepath.Join(stateDir, "dev.env"))
 	if linger {
 		fmt.Printf("\nThe stack is still up: Web UI %s. Ctrl-C stops everything.\n", state.WebUI)
 		<-ctx.Done()
 	}
 	return nil
+}
+
+// findInVisibility shows the campaign found by its search attributes, as
+// the Web UI's filter and `temporal workflow list --query` find it.
+// Visibility is updated a moment after the workflow closes.
+func findInVisibility(ctx context.Context, cs *control.Campaigns, id string) {
+	query := `CampaignStatus="Completed"`
+	for range 50 {
+		list, err := cs.List(ctx, campaign.StatusCompleted, 20)
+		if err != nil {
+			fmt.Printf("\n  visibility: %v\n", err)
+			return
+		}
+		for _, c := range list {
+			if c.ID == id && c.Fetched != nil {
+				fmt.Printf("\n  found by %s: %s, PagesFetched=%d (Web UI list, or: bin/temporal workflow list --query '%s')\n",
+					query, id, *c.Fetched, query)
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	fmt.Printf("\n  not yet listed by %s; try: bin/temporal workflow list --query '%s'\n", query, query)
 }
 
 func waitForDev(ctx context.Context, path string, devDone <-chan error) (devState, error) {
