@@ -286,6 +286,9 @@ type Summary struct {
 
 // Counters are the workflow's running totals, from batch results.
 type Counters struct {
+	// Seeds is how many seed URLs the start inserted; with Discovered, the
+	// URLs the campaign knows of.
+	Seeds      int64 `json:"seeds"`
 	Leased     int64 `json:"leased"`
 	Fetched    int64 `json:"fetched"`
 	Failed     int64 `json:"failed"`

@@ -164,6 +164,7 @@ func (d *dispatcher) loop() (campaign.Summary, error) {
 		}
 		d.key = start.CampaignKey
 		d.attrs = start.SearchAttributes
+		d.counters.Seeds = int64(start.SeedsInserted)
 	}
 	d.refreshMembership()
 	d.scheduleMembershipTimer()

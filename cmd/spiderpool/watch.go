@@ -89,14 +89,17 @@ func (w *watcher) report(st campaign.Status, now time.Time) {
 
 // progress is the arithmetic of one frame.
 type progress struct {
-	done, known int64 // URLs settled; URLs known (settled, in flight, pending)
+	done, known int64 // URLs settled; URLs known (inserted into the frontier)
 	rate        float64
 }
 
 func measure(st campaign.Status, rate float64) progress {
 	c := st.Counters
 	done := c.Fetched + c.Failed + c.Excluded
-	return progress{done: done, known: done + st.Pending + int64(inflight(st)), rate: rate}
+	// Status.Pending is counted only when nothing is due, so the frontier's
+	// size comes from the URLs inserted: seeds and discoveries.
+	known := max(c.Seeds+c.Discovered, done+st.Pending+int64(inflight(st)))
+	return progress{done: done, known: known, rate: rate}
 }
 
 func (p progress) fraction() float64 {

@@ -26,6 +26,11 @@ func TestFrameShowsProgressRateAndNodeBars(t *testing.T) {
 	if p.done != 450 || p.known != 1050 {
 		t.Fatalf("done %d known %d, want 450 of 1050", p.done, p.known)
 	}
+	mid := watchStatus(400)
+	mid.Pending, mid.Counters.Seeds, mid.Counters.Discovered = 0, 1, 5000 // pending is counted only when nothing is due
+	if k := measure(mid, 0).known; k != 5001 {
+		t.Errorf("known %d, want seeds + discovered = 5001", k)
+	}
 	if got := p.eta(); got != "6s" {
 		t.Errorf("ETA %q, want 6s (600 URLs at 100/s)", got)
 	}
