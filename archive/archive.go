@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -229,4 +230,43 @@ func Files(dir string) ([]string, error) {
 		return nil, errors.New("no WARC files in " + dir)
 	}
 	return out, nil
+}
+
+// ReadDir reads back every record of every WARC file in dir, oldest file
+// first, with gowarc's strict validation (syntax, lengths, digests), and
+// calls fn with each record and the problems validating it found. A file
+// that cannot be parsed at all is an error naming it.
+func ReadDir(dir string, fn func(file string, rec gowarc.WarcRecord, problems []error) error) error {
+	files, err := Files(dir)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := readFile(f, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func readFile(path string, fn func(string, gowarc.WarcRecord, []error) error) error {
+	r, err := gowarc.NewWarcFileReader(path, 0, gowarc.WithStrictValidation())
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	defer r.Close()
+	for {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+		err = fn(path, rec.WarcRecord, rec.Validation)
+		rec.Close()
+		if err != nil {
+			return err
+		}
+	}
 }

@@ -1,7 +1,6 @@
 package archive
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -27,39 +26,27 @@ func readAll(t *testing.T, dir string) readBack {
 		t.Fatal(err)
 	}
 	rb := readBack{responses: map[string]int{}, requests: map[string]int{}, bodies: map[string]string{}, files: len(files)}
-	for _, f := range files {
-		r, err := gowarc.NewWarcFileReader(f, 0, gowarc.WithStrictValidation())
-		if err != nil {
-			t.Fatal(err)
+	err = ReadDir(dir, func(file string, wr gowarc.WarcRecord, problems []error) error {
+		if len(problems) > 0 {
+			t.Errorf("%s: record does not validate: %v", file, problems)
 		}
-		for {
-			rec, err := r.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			if len(rec.Validation) > 0 {
-				t.Errorf("%s: record at %d does not validate: %v", f, rec.Offset, rec.Validation)
-			}
-			wr := rec.WarcRecord
-			uri := wr.WarcHeader().Get(gowarc.WarcTargetURI)
-			switch wr.Type() {
-			case gowarc.Response:
-				rb.responses[uri]++
-				if hb, ok := wr.Block().(gowarc.HttpResponseBlock); ok {
-					if p, err := hb.PayloadBytes(); err == nil {
-						body, _ := io.ReadAll(p)
-						rb.bodies[uri] = string(body)
-					}
+		uri := wr.WarcHeader().Get(gowarc.WarcTargetURI)
+		switch wr.Type() {
+		case gowarc.Response:
+			rb.responses[uri]++
+			if hb, ok := wr.Block().(gowarc.HttpResponseBlock); ok {
+				if p, err := hb.PayloadBytes(); err == nil {
+					body, _ := io.ReadAll(p)
+					rb.bodies[uri] = string(body)
 				}
-			case gowarc.Request:
-				rb.requests[uri]++
 			}
-			rec.Close()
+		case gowarc.Request:
+			rb.requests[uri]++
 		}
-		r.Close()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return rb
 }

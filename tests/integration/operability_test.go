@@ -1,9 +1,7 @@
 package integration
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -87,34 +85,25 @@ func warcRecords(t *testing.T, dir string) (responses, requests map[string]int, 
 		if strings.HasSuffix(path, ".open") {
 			t.Errorf("%s still open after its node stopped", path)
 		}
-		r, err := gowarc.NewWarcFileReader(path, 0, gowarc.WithStrictValidation())
-		if err != nil {
-			t.Fatal(err)
+	}
+	err = archive.ReadDir(dir, func(file string, wr gowarc.WarcRecord, problems []error) error {
+		if len(problems) > 0 {
+			t.Errorf("%s: %v", file, problems)
 		}
-		for {
-			rec, err := r.Next()
-			if errors.Is(err, io.EOF) {
-				break
+		uri := wr.WarcHeader().Get(gowarc.WarcTargetURI)
+		switch wr.Type() {
+		case gowarc.Response:
+			responses[uri]++
+			if hb, ok := wr.Block().(gowarc.HttpResponseBlock); !ok || hb.HttpStatusCode() != 200 {
+				t.Errorf("%s: response record is not an HTTP 200 block", uri)
 			}
-			if err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
-			if len(rec.Validation) > 0 {
-				t.Errorf("%s at %d: %v", path, rec.Offset, rec.Validation)
-			}
-			uri := rec.WarcRecord.WarcHeader().Get(gowarc.WarcTargetURI)
-			switch rec.WarcRecord.Type() {
-			case gowarc.Response:
-				responses[uri]++
-				if hb, ok := rec.WarcRecord.Block().(gowarc.HttpResponseBlock); !ok || hb.HttpStatusCode() != 200 {
-					t.Errorf("%s: response record is not an HTTP 200 block", uri)
-				}
-			case gowarc.Request:
-				requests[uri]++
-			}
-			rec.Close()
+		case gowarc.Request:
+			requests[uri]++
 		}
-		r.Close()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return responses, requests, len(paths)
 }
