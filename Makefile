@@ -11,7 +11,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export SPIDERPOOL_TEMPORAL_BIN := $(BIN)/temporal
 
 # Packages under the race detector (activities starts its own Postgres).
-UNIT_PKGS := ./ring/... ./campaign/... ./crawl/... ./fetch/... ./workflows/... ./config/... ./activities/...
+UNIT_PKGS := ./ring/... ./campaign/... ./crawl/... ./fetch/... ./workflows/... ./config/... ./activities/... \
+	./archive/... ./metrics/... ./control/... ./cmd/... ./workers/... ./devstack/... ./schema/...
 
 .PHONY: help tools postgres build test test-unit test-integration demo dev histories fuzz vet clean bench bench-scale
 
