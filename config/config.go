@@ -73,6 +73,9 @@ type Node struct {
 	WARCDir string
 	// WARCMaxSize is the size in bytes a WARC file rotates at.
 	WARCMaxSize int64
+	// OTLPEndpoint, when set, is the OpenTelemetry collector (OTLP/gRPC,
+	// http:// for plain text, https:// for TLS) the node sends traces to.
+	OTLPEndpoint string
 }
 
 // Default is the configuration with nothing set: it matches `spiderpool
@@ -161,6 +164,7 @@ func (c *Config) NodeFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&n.MetricsAddr, "metrics-addr", n.MetricsAddr, "serve Prometheus /metrics, /healthz and /debug/pprof on this host:port")
 	fs.StringVar(&n.WARCDir, "warc-dir", n.WARCDir, "write every fetched page as WARC/1.1 records into this directory")
 	fs.Int64Var(&n.WARCMaxSize, "warc-max-size", n.WARCMaxSize, "bytes at which a WARC file is closed and the next begun")
+	fs.StringVar(&n.OTLPEndpoint, "otlp-endpoint", n.OTLPEndpoint, "send OpenTelemetry traces of workflows and activities to this OTLP/gRPC collector (http://host:4317)")
 }
 
 // envNames are the environment variables of flags whose names other tools

@@ -50,7 +50,7 @@ func Node(cfg config.Config, logger *slog.Logger) *fx.App {
 		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		fx.StartTimeout(2*cfg.ConnectTimeout+30*time.Second),
 		fx.StopTimeout(45*time.Second),
-		fx.Provide(openStore, newMetrics, dialTemporal, newFetcher, openArchive),
+		fx.Provide(openStore, newMetrics, newTracing, dialTemporal, newFetcher, openArchive),
 		fx.Invoke(runNode, serveHTTP),
 	)
 }
@@ -91,8 +91,11 @@ func openArchive(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) (*archive
 	return w, nil
 }
 
-func dialTemporal(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, m *metrics.Registry) (client.Client, error) {
-	c, err := control.Dial(context.Background(), cfg, log, func(o *client.Options) { o.MetricsHandler = m.Temporal })
+func dialTemporal(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, m *metrics.Registry, tr *tracing) (client.Client, error) {
+	c, err := control.Dial(context.Background(), cfg, log, func(o *client.Options) {
+		o.MetricsHandler = m.Temporal
+		o.Interceptors = tr.interceptors
+	})
 	if err != nil {
 		return nil, err
 	}
