@@ -94,7 +94,11 @@ func (a *app) migrateCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply the Postgres schema migrations (nodes also do this at start)",
-		Args:  cobra.NoArgs,
+		Long: `Apply the schema migrations embedded in this binary (schema/migrations) to the
+database, each once, in order; an up-to-date schema is left alone. Nodes run
+this at start too, so it is only needed to prepare a database ahead of them.`,
+		Example: "  DATABASE_URL=postgres://spiderpool@db:5432/spiderpool spiderpool migrate",
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			st, err := a.openStore(cmd.Context())
 			if err != nil {
