@@ -39,6 +39,16 @@ type Node struct {
 type Ring struct {
 	members []member // sorted by id
 	classes []class  // distinct positive weights, descending
+	// draws lists members with positive weight in class order, then id
+	// order within a class: the order of the scoring passes.
+	draws []draw
+}
+
+// draw is what scoring one member needs, contiguous for the hot loop.
+type draw struct {
+	seed         uint64
+	negInvWeight float64
+	member       int
 }
 
 type member struct {
@@ -133,9 +143,10 @@ func (r *Ring) Lookup(key string) (string, bool) {
 //
 // The score -ln(u)/w needs a logarithm, the costly part. With x = 1-u,
 // x + x²/2 <= -ln(u) <= x/(1-x), tight for the small x that win; so a
-// first pass bounds every class's score without one, and only classes
+// first pass bounds every member's score without one, and only members
 // whose lower bound does not exceed the least upper bound (about one or
-// two) take their logarithm. The result is exactly that of scoring all.
+// two) take their logarithm. The result is exactly that of scoring all
+// (TestBoundedLookupIsExact).
 func (r *Ring) LookupHash(h uint64) (string, bool) {
 	const onStack = 16
 	n := len(r.classes)
@@ -150,43 +161,35 @@ func (r *Ring) LookupHash(h uint64) (string, bool) {
 			}
 		}
 		return r.members[top].id, true
-	case n > onStack:
+	case len(r.draws) > onStack: // a large ring: bounds would not fit on the stack
 		return r.lookupEvery(h)
 	}
 	var (
-		tops         [onStack]int
-		us           [onStack]uint64
-		lows         [onStack]float64
-		upNum, upDen = math.Inf(1), 1.0
+		lows  [onStack]float64
+		upper = math.Inf(1)
 	)
-	for ci := range n {
-		c := &r.classes[ci]
-		top, topU := -1, uint64(0)
-		for _, i := range c.members {
-			if u := mix(h ^ r.members[i].seed); top < 0 || u > topU {
-				top, topU = i, u
-			}
-		}
-		invW := -c.negInvWeight
-		u := unit(topU) // in (0, 1)
+	draws := r.draws
+	for k := range draws {
+		d := &draws[k]
+		uu := mix(h ^ d.seed)
+		u := unit(uu) // in (0, 1)
 		x := 1 - u
-		tops[ci], us[ci], lows[ci] = top, topU, invW*x*(1+x/2)
-		// The upper bound invW·x/u, kept as a fraction: no division here.
-		if num := invW * x; num*upDen < upNum*u {
-			upNum, upDen = num, u
-		}
+		num := -d.negInvWeight * x
+		lows[k] = num * (1 + x/2)
+		upper = min(upper, num/u)
 	}
 	best, bestScore := -1, math.Inf(1)
-	limit := upNum / upDen * (1 + 1e-9) // the margin keeps rounding from skipping a winner
-	for ci := range n {
-		if lows[ci] > limit {
+	limit := upper * (1 + 1e-9) // the margin keeps rounding from skipping a winner
+	for k := range draws {
+		if lows[k] > limit {
 			continue
 		}
-		// Scores tie only when two classes draw the same u with weights in
-		// an exact ratio; classes are visited in weight order, so the tie
-		// goes to the heavier class, deterministically.
-		if s := score(r.classes[ci].negInvWeight, us[ci]); s < bestScore {
-			best, bestScore = tops[ci], s
+		// Scores tie only when two members draw the same u with weights in
+		// an exact ratio (or equal); draws are in weight order, then id
+		// order, so the tie goes to the heavier, then the smaller id.
+		d := &draws[k] // its draw again: cheaper than keeping all of them
+		if s := score(d.negInvWeight, mix(h^d.seed)); s < bestScore {
+			best, bestScore = d.member, s
 		}
 	}
 	if best < 0 {
@@ -284,6 +287,12 @@ func (r *Ring) rebuild() {
 	// Heavier classes first (-1/w nearer 0): they win most keys and fix the
 	// tie rule in LookupHash.
 	slices.SortFunc(r.classes, func(a, b class) int { return cmpFloat(b.negInvWeight, a.negInvWeight) })
+	r.draws = r.draws[:0]
+	for _, c := range r.classes {
+		for _, i := range c.members {
+			r.draws = append(r.draws, draw{seed: r.members[i].seed, negInvWeight: c.negInvWeight, member: i})
+		}
+	}
 }
 
 // score is the node's finishing time in the exponential race: -ln(u)/w.

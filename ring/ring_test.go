@@ -230,10 +230,14 @@ func BenchmarkLookup(b *testing.B) {
 // TestBoundedLookupIsExact: the bounds LookupHash prunes with never change
 // an answer from scoring every class.
 func TestBoundedLookupIsExact(t *testing.T) {
-	for _, nodes := range []int{2, 3, 7, 16} {
+	for _, nodes := range []int{2, 3, 7, 16, -6, -15} { // negative: weights repeat, classes share
 		r := New()
-		for i := range nodes {
-			r.Set(fmt.Sprintf("n%d", i), 0.25+float64(i)*0.75)
+		for i := range max(nodes, -nodes) {
+			w := 0.25 + float64(i)*0.75
+			if nodes < 0 {
+				w = float64(1 + i%3)
+			}
+			r.Set(fmt.Sprintf("n%d", i), w)
 		}
 		for k := range 200_000 {
 			h := xxhash.Sum64String(strconv.Itoa(k))
