@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -71,8 +73,7 @@ func Open(dir, node string, maxFileSize int64) (*Writer, error) {
 		gowarc.WithFileNameGenerator(names),
 		gowarc.WithMaxFileSize(maxFileSize),
 		gowarc.WithCompression(true),
-		gowarc.WithRecordOptions(gowarc.WithAddMissingRecordId(true), gowarc.WithAddMissingDigest(true),
-			gowarc.WithAddMissingContentLength(true), gowarc.WithDefaultDigestAlgorithm("sha1")),
+		gowarc.WithRecordOptions(recordOptions...),
 		gowarc.WithWarcInfoFunc(func(b gowarc.WarcRecordBuilder) error {
 			_, err := fmt.Fprintf(b, "software: spiderpool\r\nformat: WARC File Format 1.1\r\n"+
 				"conformsTo: http://iso25577.org/WARC/1.1\r\nhostname: %s\r\ndescription: pages fetched by node %s\r\n",
@@ -109,9 +110,8 @@ func (w *Writer) record(t gowarc.RecordType, ex Exchange, block []byte) (gowarc.
 	if t == gowarc.Request {
 		msg = "request"
 	}
-	b := gowarc.NewRecordBuilder(t, gowarc.WithAddMissingRecordId(true), gowarc.WithAddMissingDigest(true),
-		gowarc.WithAddMissingContentLength(true), gowarc.WithDefaultDigestAlgorithm("sha1"),
-		gowarc.WithSpecViolationPolicy(gowarc.ErrFail), gowarc.WithSyntaxErrorPolicy(gowarc.ErrFail))
+	b := gowarc.NewRecordBuilder(t, slices.Concat(recordOptions, []gowarc.WarcRecordOption{
+		gowarc.WithSpecViolationPolicy(gowarc.ErrFail), gowarc.WithSyntaxErrorPolicy(gowarc.ErrFail)})...)
 	b.AddWarcHeader(gowarc.WarcTargetURI, ex.URL)
 	b.AddWarcHeaderTime(gowarc.WarcDate, ex.Date)
 	b.AddWarcHeader(gowarc.ContentType, "application/http;msgtype="+msg)
@@ -123,6 +123,13 @@ func (w *Writer) record(t gowarc.RecordType, ex Exchange, block []byte) (gowarc.
 		return nil, fmt.Errorf("WARC %s record for %s: %w", msg, ex.URL, err)
 	}
 	return rec, nil
+}
+
+// recordOptions build every record, ours and the writer's warcinfo: IDs,
+// lengths and SHA-1 digests (what WARC tools expect) filled in.
+var recordOptions = []gowarc.WarcRecordOption{
+	gowarc.WithAddMissingRecordId(true), gowarc.WithAddMissingDigest(true),
+	gowarc.WithAddMissingContentLength(true), gowarc.WithDefaultDigestAlgorithm("sha1"),
 }
 
 // Close finishes the current file (dropping its .open suffix).
@@ -160,13 +167,8 @@ func requestBlock(ex Exchange) []byte {
 		method = http.MethodGet
 	}
 	target, host := ex.URL, ""
-	if i := strings.Index(target, "://"); i >= 0 {
-		rest := target[i+3:]
-		if j := strings.IndexByte(rest, '/'); j >= 0 {
-			host, target = rest[:j], rest[j:]
-		} else {
-			host, target = rest, "/"
-		}
+	if u, err := url.Parse(ex.URL); err == nil { // canonical URLs always parse
+		target, host = u.RequestURI(), u.Host
 	}
 	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, target, host)
 	writeHeader(&b, ex.RequestHeader)

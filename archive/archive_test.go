@@ -96,3 +96,13 @@ func TestOpenNamesAnUnwritableDirectory(t *testing.T) {
 		t.Fatalf("err = %v, want one naming the directory", err)
 	}
 }
+
+func TestRequestBlockIsTheRequestAsSent(t *testing.T) {
+	ex := exchange(3)
+	ex.URL = "http://127.0.0.1:8080/p/3?a=1&b=2"
+	got := string(requestBlock(ex))
+	want := "GET /p/3?a=1&b=2 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: spiderpool-test\r\n\r\n"
+	if got != want {
+		t.Fatalf("request block %q, want %q", got, want)
+	}
+}
