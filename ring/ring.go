@@ -154,12 +154,7 @@ func (r *Ring) LookupHash(h uint64) (string, bool) {
 	case n == 0:
 		return "", false
 	case n == 1: // equal weights: the largest u wins, no logarithm needed
-		top, topU := -1, uint64(0)
-		for _, i := range r.classes[0].members {
-			if u := mix(h ^ r.members[i].seed); top < 0 || u > topU {
-				top, topU = i, u
-			}
-		}
+		top, _ := r.classTop(&r.classes[0], h)
 		return r.members[top].id, true
 	case len(r.draws) > onStack: // a large ring: bounds would not fit on the stack
 		return r.lookupEvery(h)
@@ -198,17 +193,24 @@ func (r *Ring) LookupHash(h uint64) (string, bool) {
 	return r.members[best].id, true
 }
 
+// classTop is the member of c that draws the largest u for h (the first
+// by id on a tie), and its draw: the only one of its class that can win.
+func (r *Ring) classTop(c *class, h uint64) (int, uint64) {
+	top, topU := -1, uint64(0)
+	for _, i := range c.members {
+		if u := mix(h ^ r.members[i].seed); top < 0 || u > topU {
+			top, topU = i, u
+		}
+	}
+	return top, topU
+}
+
 // lookupEvery scores every class: LookupHash's answer for rings with more
 // distinct weights than it bounds on the stack.
 func (r *Ring) lookupEvery(h uint64) (string, bool) {
 	best, bestScore := -1, math.Inf(1)
 	for _, c := range r.classes {
-		top, topU := -1, uint64(0)
-		for _, i := range c.members {
-			if u := mix(h ^ r.members[i].seed); top < 0 || u > topU {
-				top, topU = i, u
-			}
-		}
+		top, topU := r.classTop(&c, h)
 		if s := score(c.negInvWeight, topU); s < bestScore {
 			best, bestScore = top, s
 		}
