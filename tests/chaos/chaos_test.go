@@ -101,17 +101,7 @@ func TestKilledNodeLosesNothing(t *testing.T) {
 	}
 	waitFetched(t, s, id, 1500)
 
-	var hosts []string
-	rows, err := s.Store.Pool().Query(bg, `SELECT DISTINCT f.shard_key FROM pages p JOIN frontier f ON f.id = p.url_id WHERE p.node = $1`, victim.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var h string
-		_ = rows.Scan(&h)
-		hosts = append(hosts, h)
-	}
-	rows.Close()
+	hosts := s.Strings(`SELECT DISTINCT f.shard_key FROM pages p JOIN frontier f ON f.id = p.url_id WHERE p.node = $1`, victim.ID)
 	if err := victim.Kill(); err != nil {
 		t.Fatal(err)
 	}

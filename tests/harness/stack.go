@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.temporal.io/sdk/client"
 	"go.uber.org/fx"
 
@@ -187,4 +188,19 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Strings runs a query of one text column against the stack's database
+// and returns its values; any error fails the test.
+func (s *Stack) Strings(query string, args ...any) []string {
+	s.t.Helper()
+	rows, err := s.Store.Pool().Query(context.Background(), query, args...)
+	if err != nil {
+		s.t.Fatalf("%s: %v", query, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		s.t.Fatalf("%s: %v", query, err)
+	}
+	return out
 }

@@ -75,17 +75,7 @@ func TestCrawlDelayHoldsAcrossNodesAndReweight(t *testing.T) {
 	for _, g := range gaps(log) {
 		minGap = min(minGap, g)
 	}
-	var nodes []string
-	rows, err := s.Store.Pool().Query(bg, `SELECT DISTINCT p.node FROM pages p JOIN frontier f ON f.id = p.url_id WHERE f.shard_key = $1`, slow)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var n string
-		_ = rows.Scan(&n)
-		nodes = append(nodes, n)
-	}
-	rows.Close()
+	nodes := s.Strings(`SELECT DISTINCT p.node FROM pages p JOIN frontier f ON f.id = p.url_id WHERE f.shard_key = $1`, slow)
 	t.Logf("slow host: %d requests (robots.txt included) by nodes %v; smallest gap %v", len(log), nodes, minGap)
 	if minGap < time.Second {
 		t.Fatalf("two requests to the Crawl-delay: 1 host came %v apart", minGap)
