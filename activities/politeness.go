@@ -207,10 +207,22 @@ func (g *gate) turn(ctx context.Context, stop <-chan struct{}, take func() bool,
 		g.mu.Unlock()
 		// A long delay is written down before the request, so a node that
 		// takes over after this one dies still keeps it.
-		if renew && !g.renew(ctx) {
-			give()
-			<-g.slots
-			return g.turn(ctx, stop, take, give) // the claim was lost: wait for it again
+		if renew {
+			if !g.renew(ctx) {
+				give()
+				<-g.slots
+				return g.turn(ctx, stop, take, give) // the claim was lost: wait for it again
+			}
+			// The request goes out now, after the renew's round trip: the
+			// next start counts from here, and so does what release or the
+			// next renew writes for a node that takes the host over.
+			g.mu.Lock()
+			now := time.Now()
+			if next := now.Add(gap); next.After(g.next) {
+				g.next = next
+			}
+			g.last = now
+			g.mu.Unlock()
 		}
 		return true
 	}
