@@ -33,6 +33,7 @@ func (c *Control) Register(r interface {
 	RegisterActivityWithOptions(any, activity.RegisterOptions)
 }) {
 	r.RegisterActivityWithOptions(c.StartCampaign, activity.RegisterOptions{Name: campaign.StartCampaignActivity})
+	r.RegisterActivityWithOptions(c.LeaseHosts, activity.RegisterOptions{Name: campaign.LeaseHostsActivity})
 	r.RegisterActivityWithOptions(c.LeaseBatch, activity.RegisterOptions{Name: campaign.LeaseBatchActivity})
 	r.RegisterActivityWithOptions(c.ReleaseBatch, activity.RegisterOptions{Name: campaign.ReleaseBatchActivity})
 	r.RegisterActivityWithOptions(c.RefreshMembership, activity.RegisterOptions{Name: campaign.RefreshMembershipActivity})
@@ -101,16 +102,29 @@ func (c *Control) usableAttributes(ctx context.Context, campaignID string) []str
 	return usable
 }
 
-// LeaseBatch leases due URLs for the workflow to route.
+// LeaseHosts leases what each host needs to stay busy and routes it to
+// the nodes with room.
+func (c *Control) LeaseHosts(ctx context.Context, req campaign.LeaseHostsRequest) (campaign.HostLease, error) {
+	return c.Store.LeaseHosts(ctx, store.HostLeaseParams{
+		CampaignKey: req.CampaignKey, Nodes: req.Nodes, BatchSize: req.BatchSize, Horizon: req.Horizon.D(),
+		TTL: req.TTL.D(), MaxPages: req.MaxPages, MinDelay: req.MinDelay.D(), Concurrency: req.Concurrency,
+	})
+}
+
+// LeaseBatch leases due URLs for a run started before LeaseHosts.
 func (c *Control) LeaseBatch(ctx context.Context, req campaign.LeaseRequest) (campaign.Lease, error) {
 	return c.Store.Lease(ctx, store.LeaseParams{
 		CampaignKey: req.CampaignKey, Limit: req.Limit, PerHost: req.PerHost, TTL: req.TTL.D(), MaxPages: req.MaxPages,
 	})
 }
 
-// ReleaseBatch returns a batch's still-leased URLs to pending, for a batch
-// the workflow gave up on.
+// ReleaseBatch returns a batch's still-leased URLs that no live node holds
+// to pending, for a batch the workflow gave up on; or, given leases, every
+// URL of them no node claimed.
 func (c *Control) ReleaseBatch(ctx context.Context, req campaign.ReleaseRequest) (int, error) {
+	if len(req.Leases) > 0 {
+		return c.Store.ReleaseUnclaimed(ctx, req.CampaignKey, req.Leases)
+	}
 	return c.Store.Release(ctx, req.CampaignKey, req.LeaseID, req.IDs, "")
 }
 

@@ -3,12 +3,11 @@ package activities
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
@@ -19,26 +18,72 @@ import (
 	"github.com/spiderpool/spiderpool/store"
 )
 
-// Fetch runs fetch batches on one node.
+// Fetch is a node's crawler: the FetchBatch activity and the engine that
+// runs its batches.
+//
+// FetchBatch claims a batch's URLs for this node, hands them to the engine
+// and returns at once (activity.ErrResultPending): a batch holds no worker
+// slot while its URLs wait for their hosts, so busy never looks dead and
+// one slow host never starves another campaign of slots. The engine keeps
+// one queue per host, shared by every campaign on the node, and one
+// goroutine per host with work, which takes URLs from each campaign's
+// queue in turn as the host's pace allows; requests run under a node-wide
+// cap shared fairly among campaigns. How many hosts a node crawls at once
+// is bounded only by what the campaigns' windows send it.
+//
+// Results are committed per campaign in chunks. A batch is completed (by
+// its task token) once all its URLs are settled, and heartbeats with its
+// progress meanwhile from one loop for the whole node, so only a dead (or
+// cut off) node's batches time out.
 type Fetch struct {
-	node    string
-	store   *store.Store
-	fetcher *fetch.Fetcher
-	log     *slog.Logger
-	slots   chan struct{} // node-wide cap on simultaneous requests
-	polite  *politeness
-	robots  *robotsCache
-	queries *queryCaps
-	seen    *seenCache
-	rules   *rulesCache
-	metrics *metrics.Crawl
-	archive *archive.Writer
+	node     string
+	holder   string
+	store    *store.Store
+	fetcher  *fetch.Fetcher
+	temporal Temporal
+	log      *slog.Logger
+	slots    *fairSlots
+	hosts    *hostTable
+	robots   *robotsCache
+	sitemaps firsts
+	queries  *queryCaps
+	seen     *seenCache
+	rules    *rulesCache
+	metrics  *metrics.Crawl
+	archive  *archive.Writer
+
+	mu         sync.Mutex
+	batches    map[*batch]struct{}
+	held       map[int64]*item // URLs this node holds, by ID
+	queues     map[string]*hostQueue
+	committers map[int64]*committer
+	stopping   bool
+
+	life    context.Context // the engine's, until Stop returns
+	end     context.CancelFunc
+	work    sync.WaitGroup // host goroutines and requests
+	commits sync.WaitGroup // committers
+	reports sync.WaitGroup // batch completions on their way to Temporal
+	loops   sync.WaitGroup
+}
+
+// Temporal is what the engine needs of a Temporal client: batches are
+// completed, and heartbeat, by task token.
+type Temporal interface {
+	CompleteActivity(ctx context.Context, taskToken []byte, result any, err error) error
+	RecordActivityHeartbeat(ctx context.Context, taskToken []byte, details ...any) error
+	SignalWorkflow(ctx context.Context, workflowID, runID, signalName string, arg any) error
 }
 
 // FetchOptions are a node's fetch settings beyond its identity.
 type FetchOptions struct {
 	// Concurrency caps the node's simultaneous requests.
 	Concurrency int
+	// Holder is this process's token on the frontier rows it claims
+	// (store.HolderToken); the node's registry heartbeat keeps it alive.
+	Holder string
+	// Temporal completes batches and records their heartbeats.
+	Temporal Temporal
 	// Metrics records crawl metrics; nil records none.
 	Metrics *metrics.Crawl
 	// Archive receives every fetched page as WARC records before it is
@@ -46,20 +91,27 @@ type FetchOptions struct {
 	Archive *archive.Writer
 }
 
-// NewFetch returns the fetch activities of node.
+// NewFetch returns the fetch activities of node. Start runs the engine;
+// Stop hands back what it has not started and completes its batches.
 func NewFetch(node string, st *store.Store, f *fetch.Fetcher, o FetchOptions, log *slog.Logger) *Fetch {
 	log = log.With("node", node)
-	slots := make(chan struct{}, max(1, o.Concurrency))
+	slots := newFairSlots(o.Concurrency)
+	life, end := context.WithCancel(context.Background())
 	return &Fetch{
-		node: node, store: st, fetcher: f, log: log,
-		slots:   slots,
-		polite:  newPoliteness(node, st, log),
-		robots:  newRobotsCache(st, f, slots, log),
-		queries: &queryCaps{seen: map[gateKey]map[uint64]struct{}{}},
-		seen:    newSeenCache(),
-		rules:   &rulesCache{store: st, byKey: map[int64]*rules{}},
-		metrics: o.Metrics,
-		archive: o.Archive,
+		node: node, holder: o.Holder, store: st, fetcher: f, temporal: o.Temporal, log: log,
+		slots:      slots,
+		hosts:      newHostTable(o.Holder, st, log),
+		robots:     newRobotsCache(st, f, slots, log),
+		queries:    &queryCaps{seen: map[campaignHost]map[uint64]struct{}{}},
+		seen:       newSeenCache(),
+		rules:      &rulesCache{store: st, byKey: map[int64]*rules{}},
+		metrics:    o.Metrics,
+		archive:    o.Archive,
+		batches:    map[*batch]struct{}{},
+		held:       map[int64]*item{},
+		queues:     map[string]*hostQueue{},
+		committers: map[int64]*committer{},
+		life:       life, end: end,
 	}
 }
 
@@ -70,316 +122,468 @@ func (f *Fetch) Register(r interface {
 	r.RegisterActivityWithOptions(f.FetchBatch, activity.RegisterOptions{Name: campaign.FetchBatchActivity})
 }
 
-const (
-	flushEvery    = 64
-	flushInterval = 250 * time.Millisecond
-	commitRetries = 8
-)
-
-// outcome is one URL's result before it is committed.
-type outcome struct {
-	o              store.Outcome
-	links          []store.NewURL
-	bytes          int64
-	sitemapURLs    int // new URLs its host's sitemaps added
-	requestMs      int64
-	transportError bool // no answer: counts against the node's health
-	// exchange is the fetch to archive, when the node archives and the
-	// page ended fetched.
-	exchange *archive.Exchange
+// Start runs the engine's loops: batch heartbeats, host claim renewal and
+// the policy listener.
+func (f *Fetch) Start() {
+	f.loop(f.heartbeats)
+	f.loop(f.hosts.keep)
+	f.loop(func(ctx context.Context) {
+		f.store.ListenPolicies(ctx, func() { f.hosts.refreshPolicies(ctx) })
+	})
 }
 
-// FetchBatch fetches the batch's URLs that are still leased to it, commits
-// results in chunks and heartbeats its progress. A retried attempt, or the
-// batch rerouted to another node, claims only what is still unsettled, so
-// it resumes where the last holder stopped.
-func (f *Fetch) FetchBatch(ctx context.Context, req campaign.FetchBatchRequest) (res campaign.BatchResult, err error) {
-	ended := f.metrics.BatchStarted()
-	defer func() {
-		var canceled *temporal.CanceledError
-		switch {
-		case err == nil:
-			ended("completed")
-		case errors.As(err, &canceled):
-			ended("cancelled")
-		default:
-			ended("failed")
-		}
-	}()
+func (f *Fetch) loop(fn func(context.Context)) {
+	f.loops.Add(1)
+	go func() { defer f.loops.Done(); fn(f.life) }()
+}
+
+// Stop stops taking turns: what has not started goes back to pending,
+// requests in flight finish and are committed, and every batch is
+// completed with what it did. It gives up waiting when ctx ends.
+func (f *Fetch) Stop(ctx context.Context) error {
+	f.mu.Lock()
+	f.stopping = true
+	var stopped []*item
+	for b := range f.batches {
+		stopped = append(stopped, f.stopLocked(b)...)
+	}
+	f.mu.Unlock()
+	f.handBack(stopped)
+	err := waitFor(ctx, &f.work, "requests in flight")
+	f.mu.Lock()
+	for _, c := range f.committers {
+		c.kick()
+	}
+	f.mu.Unlock()
+	err = errors.Join(err, waitFor(ctx, &f.commits, "commits"), waitFor(ctx, &f.reports, "batch completions"))
+	f.end()
+	f.loops.Wait()
+	return err
+}
+
+func waitFor(ctx context.Context, wg *sync.WaitGroup, what string) error {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return errors.New("stopped waiting for " + what)
+	}
+}
+
+// batch is one FetchBatch the engine runs.
+type batch struct {
+	key        int64 // campaign
+	req        campaign.FetchBatchRequest
+	token      []byte
+	workflowID string
+	beatEvery  time.Duration
+	ended      func(outcome string)
+
+	// Guarded by Fetch.mu.
+	items     []*item
+	remaining int // URLs not yet settled and committed
+	result    campaign.BatchResult
+	stop      chan struct{} // closed when its URLs take no more turns
+	stopped   bool
+	cancelled bool
+	orphan    bool // its activity is gone: report by signal instead
+	lastBeat  time.Time
+}
+
+// item is one claimed URL on its way through the engine.
+type item struct {
+	url   store.ClaimedURL
+	batch *batch
+	rules *rules
+	host  *host
+	// Guarded by Fetch.mu.
+	started bool // taken off its queue by its host's goroutine
+	gone    bool // handed back from the queue
+}
+
+// FetchBatch claims the batch's URLs still leased and not held by a live
+// node, and hands them to the engine. A batch delivered twice, or rerouted
+// while its first node lives, claims nothing twice.
+func (f *Fetch) FetchBatch(ctx context.Context, req campaign.FetchBatchRequest) (campaign.BatchResult, error) {
 	info := activity.GetInfo(ctx)
-	log := f.log.With("campaign", req.CampaignID, "lease", req.LeaseID, "route", req.Route, "attempt", req.Attempt)
+	res, pending, err := f.accept(ctx, req, info.TaskToken, info.WorkflowExecution.ID, info.HeartbeatTimeout)
+	if err != nil || !pending {
+		return res, err
+	}
+	return campaign.BatchResult{}, activity.ErrResultPending
+}
+
+// accept claims and queues a batch; pending is false when there is
+// nothing to wait for, and res is then the batch's result.
+func (f *Fetch) accept(ctx context.Context, req campaign.FetchBatchRequest, token []byte, workflowID string, heartbeat time.Duration) (res campaign.BatchResult, pending bool, err error) {
 	r, err := f.rules.get(ctx, req.CampaignKey)
 	if err != nil {
-		return campaign.BatchResult{}, err
+		return res, false, err
 	}
-	var progress campaign.BatchResult
-	if activity.HasHeartbeatDetails(ctx) {
-		_ = activity.GetHeartbeatDetails(ctx, &progress) // counts of earlier attempts
-	}
-	holder := fmt.Sprintf("%s/r%d/a%d.%d", f.node, req.Route, req.Attempt, info.Attempt)
-	ttl := r.spec.Dispatch.LeaseTTL.D()
-	holderTTL := r.spec.Dispatch.HeartbeatTimeout.D() / 2
-	claimed, err := f.store.Claim(ctx, req.CampaignKey, req.LeaseID, req.IDs, holder, f.node, ttl, holderTTL)
+	claimed, err := f.store.Claim(ctx, req.CampaignKey, req.LeaseID, req.IDs, f.holder, f.node, r.spec.Dispatch.LeaseTTL.D())
 	if err != nil {
-		return campaign.BatchResult{}, batchFailed(err, progress)
+		return res, false, temporal.NewApplicationErrorWithCause(err.Error(), "BatchFailed", err)
 	}
-	// Keep this batch alive in Postgres while it runs, whatever Temporal
-	// says: a batch cut off from Temporal but not from Postgres finishes
-	// its URLs, and the rerouted copy finds nothing to take from it.
-	holderCtx, stopHolder := context.WithCancel(context.WithoutCancel(ctx))
-	holderDone := make(chan struct{})
-	go func() {
-		defer close(holderDone)
-		t := time.NewTicker(holderTTL / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-holderCtx.Done():
-				return
-			case <-t.C:
-				if err := f.store.RenewHolder(holderCtx, holder, holderTTL); err != nil && holderCtx.Err() == nil {
-					log.Warn("renew batch holder", "error", err)
-				}
-			}
-		}
-	}()
-	defer func() {
-		stopHolder()
-		<-holderDone
-		if err := f.store.DropHolder(context.WithoutCancel(ctx), holder); err != nil {
-			log.Warn("drop batch holder", "error", err)
-		}
-	}()
-	progress.Skipped += len(req.IDs) - len(claimed)
 	for _, c := range claimed {
 		f.metrics.LeaseAge(c.LeaseAge)
 	}
-	var mu sync.Mutex // guards progress against the heartbeat loop
-	snapshot := func() campaign.BatchResult { mu.Lock(); defer mu.Unlock(); return progress }
-
-	hbCtx, stopHeartbeat := context.WithCancel(ctx)
-	defer stopHeartbeat()
-	go heartbeatLoop(ctx, hbCtx.Done(), info.HeartbeatTimeout, snapshot)
-
-	// Stopping (worker shutdown) lets requests in flight finish and hands
-	// the rest back to pending; cancellation does the same without waiting.
-	stop := make(chan struct{})
-	var stopOnce sync.Once
-	halt := func() { stopOnce.Do(func() { close(stop) }) }
-	go func() {
-		select {
-		case <-activity.GetWorkerStopChannel(ctx):
-			halt()
-		case <-ctx.Done():
-			halt()
-		case <-hbCtx.Done():
-		}
-	}()
-
-	results := make(chan outcome, flushEvery)
-	var unstarted []int64 // guarded by mu
-	var wg sync.WaitGroup
+	b := &batch{
+		key: req.CampaignKey, req: req, token: token, workflowID: workflowID,
+		beatEvery: beatEvery(heartbeat), ended: f.metrics.BatchStarted(),
+		stop: make(chan struct{}), lastBeat: time.Now(),
+	}
+	b.result.Skipped = len(req.IDs) - len(claimed)
+	var start []*hostQueue
+	f.mu.Lock()
+	if f.stopping {
+		f.mu.Unlock()
+		n, err := f.store.Release(context.WithoutCancel(ctx), req.CampaignKey, req.LeaseID, ids(claimed), f.holder)
+		b.ended("cancelled")
+		b.result.Released = n
+		return b.result, false, err
+	}
 	for _, c := range claimed {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g := f.polite.gate(req.CampaignKey, c.ShardKey, &r.spec)
-			g.enter()
-			defer g.leave(ctx)
-			o, ok := f.fetchOne(ctx, r, req.CampaignKey, c, g, stop)
-			if !ok || (ctx.Err() != nil && o.o.State == store.Pending) {
-				// Stopped before its turn, or cut off by cancellation and
-				// not by the host: hand it back unfetched, no attempt
-				// charged.
-				mu.Lock()
-				unstarted = append(unstarted, c.ID)
-				mu.Unlock()
-				return
-			}
-			results <- o
-		}()
-	}
-	go func() { wg.Wait(); close(results) }()
-
-	var pending []outcome
-	commit := func() error {
-		if len(pending) == 0 {
-			return nil
-		}
-		got, err := f.commit(ctx, req.CampaignKey, holder, pending)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		progress.Add(got)
-		mu.Unlock()
-		pending = pending[:0]
-		return nil
-	}
-	ticker := time.NewTicker(flushInterval)
-	defer ticker.Stop()
-	lastExtend := time.Now()
-	var commitErr error
-	for done := false; !done; {
-		select {
-		case o, ok := <-results:
-			if !ok {
-				done = true
-				break
-			}
-			pending = append(pending, o)
-			if len(pending) >= flushEvery {
-				commitErr = errors.Join(commitErr, commit())
-			}
-		case <-ticker.C:
-			commitErr = errors.Join(commitErr, commit())
-			// Extending here, between commits, keeps the batch's own
-			// writes to its rows in one sequence: no self-deadlock.
-			if time.Since(lastExtend) > ttl/4 {
-				if err := f.store.ExtendLease(ctx, req.LeaseID, holder, ttl); err != nil && ctx.Err() == nil {
-					log.Warn("extend lease", "error", err)
-				} else {
-					lastExtend = time.Now()
-				}
-			}
-		}
-	}
-	if err := commit(); err != nil || commitErr != nil {
-		// Committed chunks stay committed; a retry claims and fetches the
-		// rest. Only the chunk that failed is fetched again.
-		log.Warn("commit failed; the batch will be retried", "error", errors.Join(commitErr, err))
-		return campaign.BatchResult{}, batchFailed(errors.Join(commitErr, err), snapshot())
-	}
-
-	if len(unstarted) > 0 {
-		n, err := f.store.Release(context.WithoutCancel(ctx), req.CampaignKey, req.LeaseID, unstarted, holder)
-		if err != nil {
-			return campaign.BatchResult{}, batchFailed(err, snapshot())
-		}
-		mu.Lock()
-		progress.Released += n
-		mu.Unlock()
-		log.Info("node stopping: handed unfetched URLs back", "urls", n)
-	}
-	if ctx.Err() != nil {
-		return campaign.BatchResult{}, temporal.NewCanceledError(snapshot())
-	}
-	return snapshot(), nil
-}
-
-// batchFailed carries what the batch did settle, so the workflow's
-// counters stay right when it retries the batch.
-func batchFailed(err error, progress campaign.BatchResult) error {
-	return temporal.NewApplicationErrorWithCause(err.Error(), "BatchFailed", err, progress)
-}
-
-// commit records a chunk, retrying while Postgres is briefly away (a
-// restart): the fetches are already paid for.
-func (f *Fetch) commit(ctx context.Context, key int64, holder string, chunk []outcome) (campaign.BatchResult, error) {
-	// Archived before committed: a crash between the two refetches the
-	// page (and archives it again) rather than leaving a page fetched in
-	// Postgres with no record of it. A failed write fails the chunk,
-	// which stays leased and is fetched again.
-	if err := f.archiveChunk(chunk); err != nil {
-		return campaign.BatchResult{}, err
-	}
-	outs := make([]store.Outcome, len(chunk))
-	var found []store.NewURL
-	for i, o := range chunk {
-		outs[i] = o.o
-		found = append(found, o.links...)
-	}
-	seen := f.seen.table(key)
-	links := seen.unseen(found)
-	var (
-		res store.CommitResult
-		err error
-	)
-	cctx := context.WithoutCancel(ctx) // finish what was fetched even if cancelled
-	for attempt := range commitRetries {
-		if res, err = f.store.Commit(cctx, key, holder, f.node, outs, links); err == nil {
-			break
-		}
-		f.log.Warn("commit failed, retrying", "error", err, "attempt", attempt+1)
-		time.Sleep(time.Duration(math.Min(float64(time.Second)*math.Pow(2, float64(attempt)), float64(8*time.Second))))
-	}
-	if err != nil {
-		return campaign.BatchResult{}, err
-	}
-	for _, l := range found { // all in the frontier now, inserted or not
-		seen.add(l.Fingerprint)
-	}
-	var r campaign.BatchResult
-	r.Discovered = res.Discovered
-	f.metrics.Discovered(res.Discovered)
-	defer func() {
-		f.metrics.Settled("fetched", r.Fetched)
-		f.metrics.Settled("failed", r.Failed)
-		f.metrics.Settled("excluded", r.Excluded)
-		f.metrics.Settled("retry", r.Retried)
-	}()
-	for _, o := range chunk {
-		r.Discovered += o.sitemapURLs
-		if !res.Accepted[o.o.ID] {
-			r.Skipped++ // another holder took it over
+		if _, dup := f.held[c.ID]; dup { // delivered before: its first copy settles it
+			b.result.Skipped++
 			continue
 		}
-		r.Bytes += o.bytes
-		if o.o.Attempted {
-			r.Requests++
-			r.RequestMillis += o.requestMs
-			if o.transportError {
-				r.TransportErrors++
-			}
-		}
-		switch o.o.State {
-		case store.Fetched:
-			r.Fetched++
-		case store.Failed:
-			r.Failed++
-		case store.Excluded:
-			r.Excluded++
-		case store.Pending:
-			r.Retried++
+		q := f.queueLocked(c.ShardKey)
+		it := &item{url: c, batch: b, rules: r, host: q.host}
+		f.held[c.ID] = it
+		b.items = append(b.items, it)
+		b.remaining++
+		q.push(it)
+		q.host.enter(b.key, r.spec.Politeness.MinDelay.D(), r.spec.Politeness.MaxConcurrencyPerHost)
+		if !q.running {
+			q.running = true
+			start = append(start, q)
 		}
 	}
-	return r, nil
+	if b.remaining == 0 {
+		f.mu.Unlock()
+		b.ended("completed")
+		return b.result, false, nil
+	}
+	f.batches[b] = struct{}{}
+	f.mu.Unlock()
+	for _, q := range start {
+		f.work.Add(1)
+		go f.runHost(q)
+	}
+	if d := req.HandBackAfter.D(); d > 0 {
+		time.AfterFunc(d, func() {
+			f.mu.Lock()
+			stopped := f.stopLocked(b)
+			f.mu.Unlock()
+			f.handBack(stopped)
+		})
+	}
+	return campaign.BatchResult{}, true, nil
 }
 
-// archiveChunk writes the chunk's fetched pages to the node's WARC files.
-func (f *Fetch) archiveChunk(chunk []outcome) error {
-	if f.archive == nil {
+func ids(claimed []store.ClaimedURL) []int64 {
+	out := make([]int64, len(claimed))
+	for i, c := range claimed {
+		out[i] = c.ID
+	}
+	return out
+}
+
+// beatEvery is how often a batch heartbeats: a third of its timeout, at
+// most every 3 s, so a busy node's heartbeats never come late.
+func beatEvery(timeout time.Duration) time.Duration {
+	if timeout <= 0 {
+		return 3 * time.Second
+	}
+	return min(max(timeout/3, 200*time.Millisecond), 3*time.Second)
+}
+
+// stopLocked stops a batch taking turns and returns its URLs still queued,
+// to hand back: when it is cancelled, at its hand-back time, or when the
+// node stops. URLs already on their way finish.
+func (f *Fetch) stopLocked(b *batch) []*item {
+	if b.stopped {
 		return nil
 	}
-	for i := range chunk {
-		if ex := chunk[i].exchange; ex != nil {
-			if err := f.archive.Write(*ex); err != nil {
-				return err
-			}
-			chunk[i].exchange = nil // written: a retried commit does not write it again
+	b.stopped = true
+	close(b.stop)
+	var queued []*item
+	for _, it := range b.items {
+		if !it.started && !it.gone {
+			it.gone = true
+			queued = append(queued, it)
 		}
+	}
+	return queued
+}
+
+// handBack sends URLs the node will not fetch back to pending.
+func (f *Fetch) handBack(items []*item) {
+	for _, it := range items {
+		f.settle(it, outcome{}, true)
+	}
+}
+
+// hostQueue is a host's URLs waiting on this node, per campaign, taken in
+// turn from each campaign. Guarded by Fetch.mu.
+type hostQueue struct {
+	host       *host
+	byCampaign map[int64][]*item
+	order      []int64 // campaigns with URLs queued, in turn order
+	running    bool    // its goroutine is running
+}
+
+func (f *Fetch) queueLocked(shard string) *hostQueue {
+	q, ok := f.queues[shard]
+	if !ok {
+		q = &hostQueue{host: f.hosts.get(shard), byCampaign: map[int64][]*item{}}
+		f.queues[shard] = q
+	}
+	return q
+}
+
+func (q *hostQueue) push(it *item) {
+	k := it.batch.key
+	if len(q.byCampaign[k]) == 0 {
+		q.order = append(q.order, k)
+	}
+	q.byCampaign[k] = append(q.byCampaign[k], it)
+}
+
+// pop takes the next URL, from the next campaign in turn; nil when none
+// is left.
+func (q *hostQueue) pop() *item {
+	for len(q.order) > 0 {
+		k := q.order[0]
+		q.order = q.order[1:]
+		items := q.byCampaign[k]
+		for len(items) > 0 && items[0].gone {
+			items = items[1:]
+		}
+		if len(items) == 0 {
+			delete(q.byCampaign, k)
+			continue
+		}
+		it := items[0]
+		if items = items[1:]; len(items) > 0 {
+			q.byCampaign[k] = items
+			q.order = append(q.order, k)
+		} else {
+			delete(q.byCampaign, k)
+		}
+		return it
 	}
 	return nil
 }
 
-// heartbeatLoop reports progress at a third of the heartbeat timeout, on
-// its own goroutine so a slow commit never looks like a dead node.
-func heartbeatLoop(ctx context.Context, done <-chan struct{}, timeout time.Duration, snapshot func() campaign.BatchResult) {
-	every := timeout / 3
-	if every <= 0 {
-		every = 3 * time.Second
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
+// runHost works through a host's queue, one turn at a time, until it is
+// empty.
+func (f *Fetch) runHost(q *hostQueue) {
+	defer f.work.Done()
+	h := q.host
 	for {
-		// No heartbeat at once: a short batch would finish while it is on
-		// the wire. The activity's own context, not a child: the SDK sends
-		// throttled heartbeats later and must see the activity's state.
-		select {
-		case <-done:
+		f.mu.Lock()
+		it := q.pop()
+		if it == nil {
+			q.running = false
+			if len(q.byCampaign) == 0 {
+				delete(f.queues, h.key)
+			}
+			f.mu.Unlock()
 			return
-		case <-t.C:
 		}
-		activity.RecordHeartbeat(ctx, snapshot())
+		it.started = true
+		f.mu.Unlock()
+		f.process(h, it)
+		if h.yieldDue() {
+			h.yieldWhenIdle(f.life)
+		}
+	}
+}
+
+// process takes one URL through robots.txt and its host's turn, then sends
+// its request on its way; its outcome is settled when it is known.
+func (f *Fetch) process(h *host, it *item) {
+	ctx := f.life
+	out, request, ok := f.check(ctx, it, h)
+	switch {
+	case !ok:
+		f.settle(it, outcome{}, true)
+		return
+	case !request:
+		f.settle(it, out, false)
+		return
+	}
+	key, stop := it.batch.key, it.batch.stop
+	waitFrom := time.Now()
+	if !h.turn(ctx, stop, func() bool { return f.slots.take(key, stop) }, func() { f.slots.give(key) }) {
+		f.settle(it, outcome{}, true)
+		return
+	}
+	f.metrics.HostWait(time.Since(waitFrom))
+	f.work.Add(1)
+	go func() {
+		defer f.work.Done()
+		f.settle(it, f.request(ctx, it, h, out), false)
+	}()
+}
+
+// settle hands a URL's outcome (or, with back, the URL itself, unfetched)
+// to its campaign's committer.
+func (f *Fetch) settle(it *item, out outcome, back bool) {
+	it.host.leave(f.life, it.batch.key)
+	f.mu.Lock()
+	c, ok := f.committers[it.batch.key]
+	if !ok {
+		c = &committer{f: f, key: it.batch.key, wake: make(chan struct{}, 1)}
+		f.committers[it.batch.key] = c
+		f.commits.Add(1)
+		go c.run()
+	}
+	f.mu.Unlock()
+	c.add(settlement{it: it, out: out, back: back})
+}
+
+// settled books what a chunk's commit kept into the chunk's batches, and
+// completes those with nothing left.
+func (f *Fetch) settled(chunk []settlement, res []campaign.BatchResult) {
+	var done []*batch
+	f.mu.Lock()
+	for i, s := range chunk {
+		b := s.it.batch
+		delete(f.held, s.it.url.ID)
+		b.result.Add(res[i])
+		if b.remaining--; b.remaining == 0 {
+			delete(f.batches, b)
+			done = append(done, b)
+		}
+	}
+	f.mu.Unlock()
+	for _, b := range done {
+		f.complete(b)
+	}
+}
+
+// complete reports a finished batch to its workflow: by its task token,
+// or, when its activity is gone (the run continued as new, or gave the
+// batch up while this node lived on), by a signal the campaign accepts.
+func (f *Fetch) complete(b *batch) {
+	f.mu.Lock()
+	res, cancelled, orphan := b.result, b.cancelled, b.orphan
+	f.mu.Unlock()
+	outcome := "completed"
+	if cancelled {
+		outcome = "cancelled"
+	}
+	b.ended(outcome)
+	f.reports.Add(1)
+	go func() {
+		defer f.reports.Done()
+		f.report(b, res, cancelled, orphan)
+	}()
+}
+
+// report delivers a finished batch's result. Temporal being away (a
+// restart) only delays it: it is tried again for as long as the batch's
+// activity could still be waiting.
+func (f *Fetch) report(b *batch, res campaign.BatchResult, cancelled, orphan bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(f.life), reportFor)
+	defer cancel()
+	wait := 250 * time.Millisecond
+	for !orphan {
+		var err error
+		if cancelled {
+			err = f.temporal.CompleteActivity(ctx, b.token, nil, temporal.NewCanceledError(res))
+		} else {
+			err = f.temporal.CompleteActivity(ctx, b.token, res, nil)
+		}
+		switch {
+		case err == nil:
+			return
+		case isGone(err):
+			orphan = true
+			continue
+		case ctx.Err() != nil:
+			f.log.Warn("complete batch: gave up", "campaign", b.req.CampaignID, "lease", b.req.LeaseID, "error", err)
+			return
+		}
+		f.log.Warn("complete batch, retrying", "campaign", b.req.CampaignID, "lease", b.req.LeaseID, "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 10*time.Second)
+	}
+	if b.req.Seq == 0 {
+		return // a run from before batch reports: it counts from Postgres at the end
+	}
+	report := campaign.BatchReport{Seq: b.req.Seq, Node: f.node, Result: res}
+	if err := f.temporal.SignalWorkflow(ctx, b.workflowID, "", campaign.BatchReportSignal, report); err != nil && !isGone(err) {
+		f.log.Warn("report batch", "campaign", b.req.CampaignID, "seq", b.req.Seq, "error", err)
+	}
+}
+
+// reportFor is how long a finished batch's result is offered to Temporal:
+// its activity's start-to-close bound.
+const reportFor = time.Hour
+
+// isGone is true of an error saying the activity or workflow no longer
+// exists (timed out, or the run closed).
+func isGone(err error) bool {
+	var nf *serviceerror.NotFound
+	return errors.As(err, &nf)
+}
+
+// heartbeats records each open batch's progress every beatEvery; it learns
+// there that a batch was cancelled (and stops it) or is gone (and reports
+// it by signal once done).
+func (f *Fetch) heartbeats(ctx context.Context) {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		var due []*batch
+		var progress []campaign.BatchResult
+		f.mu.Lock()
+		for b := range f.batches {
+			if !b.orphan && now.Sub(b.lastBeat) >= b.beatEvery {
+				b.lastBeat = now
+				due = append(due, b)
+				progress = append(progress, b.result)
+			}
+		}
+		f.mu.Unlock()
+		for i, b := range due {
+			f.beat(ctx, b, progress[i])
+		}
+	}
+}
+
+func (f *Fetch) beat(ctx context.Context, b *batch, progress campaign.BatchResult) {
+	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := f.temporal.RecordActivityHeartbeat(hctx, b.token, progress)
+	cancel()
+	var canceled *temporal.CanceledError
+	switch {
+	case err == nil:
+	case errors.As(err, &canceled):
+		f.mu.Lock()
+		b.cancelled = true
+		stopped := f.stopLocked(b)
+		f.mu.Unlock()
+		f.handBack(stopped)
+	case isGone(err):
+		f.mu.Lock()
+		b.orphan = true
+		f.mu.Unlock()
+	case ctx.Err() == nil:
+		f.log.Warn("batch heartbeat", "campaign", b.req.CampaignID, "lease", b.req.LeaseID, "error", err)
 	}
 }

@@ -2,14 +2,16 @@ package activities_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/spiderpool/spiderpool/activities"
 	"github.com/spiderpool/spiderpool/campaign"
@@ -22,6 +24,97 @@ import (
 func TestMain(m *testing.M) { harness.Main(m) }
 
 var quiet = slog.New(slog.DiscardHandler)
+
+// completion is how the engine ended a batch.
+type completion struct {
+	result campaign.BatchResult
+	err    error
+}
+
+// fakeTemporal stands in for the Temporal client the engine completes
+// batches through.
+type fakeTemporal struct {
+	mu        sync.Mutex
+	done      map[string]completion
+	arrived   chan string
+	beats     map[string]int
+	cancelled map[string]bool // heartbeats of these tokens answer "cancel requested"
+	signals   []campaign.BatchReport
+}
+
+func newFakeTemporal() *fakeTemporal {
+	return &fakeTemporal{done: map[string]completion{}, arrived: make(chan string, 100), beats: map[string]int{}, cancelled: map[string]bool{}}
+}
+
+func (f *fakeTemporal) CompleteActivity(_ context.Context, token []byte, result any, err error) error {
+	f.mu.Lock()
+	c := completion{err: err}
+	if r, ok := result.(campaign.BatchResult); ok {
+		c.result = r
+	}
+	f.done[string(token)] = c
+	f.mu.Unlock()
+	f.arrived <- string(token)
+	return nil
+}
+
+func (f *fakeTemporal) RecordActivityHeartbeat(_ context.Context, token []byte, _ ...any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.beats[string(token)]++
+	if f.cancelled[string(token)] {
+		return temporal.NewCanceledError()
+	}
+	return nil
+}
+
+func (f *fakeTemporal) SignalWorkflow(_ context.Context, _, _, _ string, arg any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.signals = append(f.signals, arg.(campaign.BatchReport))
+	return nil
+}
+
+// await waits (up to a minute) for the batch of token to be completed.
+func (f *fakeTemporal) await(t *testing.T, token string) completion {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		f.mu.Lock()
+		c, ok := f.done[token]
+		f.mu.Unlock()
+		if ok {
+			return c
+		}
+		select {
+		case <-f.arrived:
+		case <-deadline:
+			t.Fatalf("batch %s not completed within a minute", token)
+		}
+	}
+}
+
+// startFetch runs a node's engine, registered so its holder token is alive.
+func startFetch(t *testing.T, s *store.Store, node string) (*activities.Fetch, *fakeTemporal) {
+	t.Helper()
+	reg := store.Registration{ID: node, Weight: 1, Queue: campaign.NodeQueue(node), Incarnation: "1", TTL: time.Hour}
+	if err := s.RegisterNode(context.Background(), reg); err != nil {
+		t.Fatal(err)
+	}
+	tmp := newFakeTemporal()
+	f := activities.NewFetch(node, s, fetch.New(4, fetch.Guard{AllowPrivate: true}), activities.FetchOptions{
+		Concurrency: 8, Holder: store.HolderToken(node, "1"), Temporal: tmp,
+	}, quiet)
+	f.Start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := f.Stop(ctx); err != nil {
+			t.Errorf("stop engine: %v", err)
+		}
+	})
+	return f, tmp
+}
 
 type row struct {
 	state, lastError string
@@ -100,20 +193,18 @@ func TestFetchBatchOutcomes(t *testing.T) {
 		t.Fatalf("lease %+v %v", lease, err)
 	}
 
-	var env testsuite.WorkflowTestSuite
-	aenv := env.NewTestActivityEnvironment()
-	f := activities.NewFetch("n1", s, fetch.New(4, fetch.Guard{AllowPrivate: true}), activities.FetchOptions{Concurrency: 8}, quiet)
-	f.Register(aenv)
-	val, err := aenv.ExecuteActivity(campaign.FetchBatchActivity, campaign.FetchBatchRequest{
-		CampaignID: "c1", CampaignKey: start.CampaignKey, LeaseID: lease.LeaseID, Node: "n1", IDs: lease.Groups[0].IDs,
-	})
-	if err != nil {
-		t.Fatal(err)
+	f, tmp := startFetch(t, s, "n1")
+	req := campaign.FetchBatchRequest{
+		CampaignID: "c1", CampaignKey: start.CampaignKey, LeaseID: lease.LeaseID, Node: "n1", IDs: lease.Groups[0].IDs, Seq: 1,
 	}
-	var res campaign.BatchResult
-	if err := val.Get(&res); err != nil {
-		t.Fatal(err)
+	if _, pending, err := f.Accept(ctx, req, []byte("t1"), "c1", 10*time.Second); err != nil || !pending {
+		t.Fatalf("accept: pending %v, %v", pending, err)
 	}
+	c := tmp.await(t, "t1")
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	res := c.result
 	if res.Fetched != 2 || res.Failed != 1 || res.Retried != 1 || res.Discovered != 2 {
 		t.Fatalf("result %+v: want fetched / and /r1, failed /gone, retried /busy, discovered /a and /r2", res)
 	}
@@ -143,16 +234,206 @@ func TestFetchBatchOutcomes(t *testing.T) {
 		t.Errorf("page records: title %q redirect %q", title, redirect)
 	}
 
-	// Run the same batch again (a retry): everything is settled, nothing
-	// is fetched twice.
-	val, err = aenv.ExecuteActivity(campaign.FetchBatchActivity, campaign.FetchBatchRequest{
-		CampaignID: "c1", CampaignKey: start.CampaignKey, LeaseID: lease.LeaseID, Node: "n1", IDs: lease.Groups[0].IDs, Attempt: 1,
-	})
+	// The same batch delivered again: everything is settled, nothing is
+	// fetched twice, and there is nothing to wait for.
+	again, pending, err := f.Accept(ctx, req, []byte("t2"), "c1", 10*time.Second)
+	if err != nil || pending || again.Done() != 0 || again.Skipped != 4 {
+		t.Fatalf("second delivery %+v pending %v (%v), want all 4 skipped at once", again, pending, err)
+	}
+}
+
+// politeSite serves pages /0../n-1 and a robots.txt, and logs the arrival
+// time of every request.
+type politeSite struct {
+	*httptest.Server
+	mu     sync.Mutex
+	times  []time.Time
+	robots int
+	agents map[string]int
+}
+
+func newPoliteSite(t *testing.T) *politeSite {
+	p := &politeSite{agents: map[string]int{}}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.mu.Lock()
+		p.times = append(p.times, time.Now())
+		p.agents[r.UserAgent()]++
+		if r.URL.Path == "/robots.txt" {
+			p.robots++
+		}
+		p.mu.Unlock()
+		fmt.Fprint(w, "ok")
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *politeSite) minGap() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	gap := time.Hour
+	for i := 1; i < len(p.times); i++ {
+		gap = min(gap, p.times[i].Sub(p.times[i-1]))
+	}
+	return gap
+}
+
+// leasedBatch starts a campaign over n pages of site and leases them all
+// as one batch for node.
+func leasedBatch(t *testing.T, s *store.Store, site *politeSite, id, node string, n int, pol campaign.Politeness) campaign.FetchBatchRequest {
+	t.Helper()
+	ctx := context.Background()
+	spec, err := campaign.Spec{Seeds: []string{site.URL + "/0"}, Politeness: pol}.Normalize()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var again campaign.BatchResult
-	if err := val.Get(&again); err != nil || again.Done() != 0 || again.Skipped != 4 {
-		t.Fatalf("second run %+v (%v), want all 4 skipped", again, err)
+	control := &activities.Control{Store: s, Log: quiet}
+	start, err := control.StartCampaign(ctx, campaign.StartRequest{CampaignID: id, Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var more []store.NewURL
+	for i := 1; i < n; i++ {
+		u := fmt.Sprintf("%s/%d", site.URL, i)
+		more = append(more, store.NewURL{Fingerprint: crawl.Fingerprint(u), URL: u, ShardKey: site.Listener.Addr().String()})
+	}
+	if _, err := s.InsertURLs(ctx, start.CampaignKey, more); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := s.LeaseHosts(ctx, store.HostLeaseParams{
+		CampaignKey: start.CampaignKey, Nodes: []campaign.LeaseNode{{ID: node, Weight: 1, Batches: 1}},
+		BatchSize: 1000, Horizon: time.Hour, TTL: time.Minute,
+	})
+	if err != nil || len(lease.Batches) != 1 || lease.Size() != n {
+		t.Fatalf("lease %+v (%v), want one batch of %d", lease, err, n)
+	}
+	return campaign.FetchBatchRequest{
+		CampaignID: id, CampaignKey: start.CampaignKey, LeaseID: lease.LeaseID, Node: node, IDs: lease.Batches[0].IDs(), Seq: 1,
+	}
+}
+
+func states(t *testing.T, s *store.Store, key int64) map[string]int {
+	t.Helper()
+	rows, err := s.Pool().Query(context.Background(), `SELECT state::text, count(*) FROM frontier WHERE campaign = $1 GROUP BY 1`, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for rows.Next() {
+		var st string
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			t.Fatal(err)
+		}
+		out[st] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestCancelledBatchHandsBackWhatWaits: a batch whose workflow cancels it
+// (learned from its heartbeat) hands its queued URLs back to pending and
+// completes as cancelled with what it did.
+func TestCancelledBatchHandsBackWhatWaits(t *testing.T) {
+	s := harness.OpenStore(t)
+	site := newPoliteSite(t)
+	req := leasedBatch(t, s, site, "cancel", "n1", 6, campaign.Politeness{MinDelay: campaign.Duration(time.Second), IgnoreRobots: true})
+	f, tmp := startFetch(t, s, "n1")
+	tmp.mu.Lock()
+	tmp.cancelled["t"] = true
+	tmp.mu.Unlock()
+	if _, pending, err := f.Accept(context.Background(), req, []byte("t"), "cancel", time.Second); err != nil || !pending {
+		t.Fatalf("accept: %v %v", pending, err)
+	}
+	c := tmp.await(t, "t")
+	var canceled *temporal.CanceledError
+	if !errors.As(c.err, &canceled) {
+		t.Fatalf("completed with %v, want cancelled", c.err)
+	}
+	var did campaign.BatchResult
+	if err := canceled.Details(&did); err != nil || did.Released == 0 || did.Fetched+did.Released != 6 {
+		t.Fatalf("cancelled batch says %+v (%v), want the unfetched URLs released", did, err)
+	}
+	if st := states(t, s, req.CampaignKey); st[store.Leased] != 0 || st[store.Pending] != did.Released {
+		t.Fatalf("frontier %v after cancel, want %d pending and none leased", st, did.Released)
+	}
+}
+
+// TestHandBackBoundsABatch: a batch whose host is slower than its lease
+// expected hands back what has not started at its hand-back time.
+func TestHandBackBoundsABatch(t *testing.T) {
+	s := harness.OpenStore(t)
+	site := newPoliteSite(t)
+	req := leasedBatch(t, s, site, "handback", "n1", 5, campaign.Politeness{MinDelay: campaign.Duration(2 * time.Second), IgnoreRobots: true})
+	req.HandBackAfter = campaign.Duration(500 * time.Millisecond)
+	f, tmp := startFetch(t, s, "n1")
+	begun := time.Now()
+	if _, _, err := f.Accept(context.Background(), req, []byte("t"), "handback", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c := tmp.await(t, "t")
+	if c.err != nil || c.result.Fetched == 0 || c.result.Released == 0 || c.result.Fetched+c.result.Released != 5 {
+		t.Fatalf("batch ended %+v (%v), want some fetched and the rest handed back", c.result, c.err)
+	}
+	if took := time.Since(begun); took > 5*time.Second {
+		t.Fatalf("the batch took %v; 5 URLs 2s apart would take 8s", took)
+	}
+}
+
+// TestStopHandsBackAndCompletes: a node stopping hands back what it has
+// not started and completes its batches.
+func TestStopHandsBackAndCompletes(t *testing.T) {
+	s := harness.OpenStore(t)
+	site := newPoliteSite(t)
+	req := leasedBatch(t, s, site, "stop", "n1", 5, campaign.Politeness{MinDelay: campaign.Duration(time.Second), IgnoreRobots: true})
+	f, tmp := startFetch(t, s, "n1")
+	if _, _, err := f.Accept(context.Background(), req, []byte("t"), "stop", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := f.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := tmp.await(t, "t")
+	if c.err != nil || c.result.Released == 0 || c.result.Fetched+c.result.Released != 5 {
+		t.Fatalf("stopped batch %+v (%v), want the rest released", c.result, c.err)
+	}
+	if st := states(t, s, req.CampaignKey); st[store.Leased] != 0 {
+		t.Fatalf("frontier %v after stop, want nothing leased", st)
+	}
+}
+
+// TestTwoCampaignsShareTheHostsPace: two campaigns on one host, one asking
+// 300ms between requests and one 600ms: every request to the host is at
+// least 600ms after the one before, and robots.txt is fetched once.
+func TestTwoCampaignsShareTheHostsPace(t *testing.T) {
+	s := harness.OpenStore(t)
+	site := newPoliteSite(t)
+	fast := leasedBatch(t, s, site, "fast", "n1", 4, campaign.Politeness{MinDelay: campaign.Duration(300 * time.Millisecond), UserAgent: "fast/1"})
+	slow := leasedBatch(t, s, site, "slow", "n1", 4, campaign.Politeness{MinDelay: campaign.Duration(600 * time.Millisecond), UserAgent: "slow/1"})
+	f, tmp := startFetch(t, s, "n1")
+	for _, r := range []struct {
+		req   campaign.FetchBatchRequest
+		token string
+	}{{fast, "fast"}, {slow, "slow"}} {
+		if _, _, err := f.Accept(context.Background(), r.req, []byte(r.token), r.req.CampaignID, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, token := range []string{"fast", "slow"} {
+		if c := tmp.await(t, token); c.err != nil || c.result.Fetched != 4 {
+			t.Fatalf("%s: %+v %v", token, c.result, c.err)
+		}
+	}
+	if gap := site.minGap(); gap < 600*time.Millisecond {
+		t.Fatalf("two requests came %v apart; the stricter campaign asks 600ms", gap)
+	}
+	site.mu.Lock()
+	defer site.mu.Unlock()
+	if site.robots != 1 || site.agents["fast/1"] == 0 || site.agents["slow/1"] == 0 {
+		t.Fatalf("robots.txt fetched %d times (agents %v), want once for both campaigns", site.robots, site.agents)
 	}
 }

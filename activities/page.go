@@ -15,64 +15,68 @@ import (
 	"github.com/spiderpool/spiderpool/store"
 )
 
-// fetchOne settles one URL: robots.txt first, then its host's turn, then
-// the request, its verdict and the links it yields. ok is false when the
-// batch stopped before the URL's turn: it was not fetched and goes back.
-func (f *Fetch) fetchOne(ctx context.Context, r *rules, campaignKey int64, c store.ClaimedURL, g *gate, stop <-chan struct{}) (outcome, bool) {
+// check settles what can be settled before a request: a URL that does
+// not parse, robots.txt's verdict (the file fetched under the host's turn
+// if needed), sitemaps the first time an origin's robots.txt is read for a
+// campaign. It returns the outcome and false when the URL is settled
+// without a request; ok is false when the URL's batch stopped first (it
+// goes back unfetched).
+func (f *Fetch) check(ctx context.Context, it *item, h *host) (out outcome, request, ok bool) {
+	r, c := it.rules, it.url
 	spec := &r.spec
-	out := outcome{o: store.Outcome{ID: c.ID}}
+	out = outcome{o: store.Outcome{ID: c.ID}}
 	self, err := crawl.Canonicalize(c.URL)
 	if err != nil { // stored canonical URLs always parse
 		out.o.State, out.o.Error = store.Failed, err.Error()
-		return out, true
+		return out, false, true
 	}
+	if spec.Politeness.IgnoreRobots {
+		return out, true, true
+	}
+	rf, err := f.robots.get(ctx, r, it.batch.key, self.Origin(), h, it.batch.stop)
+	switch {
+	case err == errStopped:
+		return out, false, false
+	case err != nil:
+		out.o.State, out.o.RetryIn, out.o.Error = store.Pending, 5*time.Second, "robots.txt: "+err.Error()
+		return out, false, true
+	case rf.refused != "":
+		out.o.State, out.o.Attempted, out.o.Error = store.Failed, true, rf.refused
+		return out, false, true
+	case rf.robots.Unavailable():
+		// RFC 9309: no robots.txt to be had means no crawling until it
+		// is; the host waits, for every campaign, its URLs stay pending,
+		// uncharged.
+		wait := max(time.Until(rf.expires), time.Second)
+		if err := f.store.PauseHost(ctx, c.ShardKey, wait); err != nil {
+			f.log.Warn("pause host", "host", c.ShardKey, "error", err)
+		}
+		out.o.State, out.o.RetryIn = store.Pending, wait
+		out.o.Error = fmt.Sprintf("robots.txt unavailable (%s); host paused", statusText(rf.robots.Status()))
+		return out, false, true
+	}
+	if spec.Sitemaps.Enabled && f.sitemaps.first(it.batch.key, self.Origin()) {
+		out.sitemapURLs = f.loadSitemaps(ctx, r, it.batch.key, rf.robots, self, h, it.batch.stop)
+	}
+	if !rf.robots.Allowed(self, r.agent) {
+		out.o.State, out.o.Error = store.Excluded, "robots.txt disallows it for "+r.agent
+		return out, false, true
+	}
+	if d := rf.robots.CrawlDelay(r.agent); d > 0 {
+		h.setCrawlDelay(min(d, spec.Politeness.MaxCrawlDelay.D()))
+	}
+	return out, true, true
+}
 
-	if !spec.Politeness.IgnoreRobots {
-		rf, err := f.robots.get(ctx, r, campaignKey, self, g, stop)
-		switch {
-		case err == errStopped:
-			return out, false
-		case err != nil:
-			out.o.State, out.o.RetryIn, out.o.Error = store.Pending, 5*time.Second, "robots.txt: "+err.Error()
-			return out, true
-		}
-		if rf.refused != "" {
-			out.o.State, out.o.Attempted, out.o.Error = store.Failed, true, rf.refused
-			return out, true
-		}
-		if rf.fresh && spec.Sitemaps.Enabled && !rf.robots.Unavailable() {
-			if n := f.loadSitemaps(ctx, r, campaignKey, rf.robots, self, g, stop); n > 0 {
-				out.sitemapURLs = n
-			}
-		}
-		if rf.robots.Unavailable() {
-			// RFC 9309: no robots.txt to be had means no crawling until it
-			// is; the host waits, its URLs stay pending, uncharged.
-			wait := max(time.Until(rf.expires), time.Second)
-			if err := f.store.CoolHost(ctx, campaignKey, c.ShardKey, wait); err != nil {
-				f.log.Warn("pause host", "host", c.ShardKey, "error", err)
-			}
-			out.o.State, out.o.RetryIn = store.Pending, wait
-			out.o.Error = fmt.Sprintf("robots.txt unavailable (%s); host paused", statusText(rf.robots.Status()))
-			return out, true
-		}
-		if !rf.robots.Allowed(self, r.agent) {
-			out.o.State, out.o.Error = store.Excluded, "robots.txt disallows it for "+r.agent
-			return out, true
-		}
-		if d := rf.robots.CrawlDelay(r.agent); d > 0 {
-			g.setCrawlDelay(min(d, spec.Politeness.MaxCrawlDelay.D()))
-		}
-	}
-
-	waitFrom := time.Now()
-	if !g.turn(ctx, stop, f.takeSlot(stop), f.giveSlot) {
-		return out, false
-	}
-	f.metrics.HostWait(time.Since(waitFrom))
+// request fetches a URL whose turn has come (the caller holds a node slot
+// and a host slot, which request gives back) and settles it: its verdict,
+// its page record and the links it yields.
+func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) outcome {
+	r, c := it.rules, it.url
+	spec := &r.spec
 	requestEnded := f.metrics.RequestStarted()
 	// Once sent, a request runs to its end and its result is committed,
-	// even if the batch is cancelled: dropping it would make the page be
+	// even if its batch is cancelled: dropping it would make the page be
 	// fetched again.
 	resp := f.fetcher.Get(context.WithoutCancel(ctx), c.URL, fetch.Options{
 		UserAgent:      spec.Politeness.UserAgent,
@@ -84,10 +88,10 @@ func (f *Fetch) fetchOne(ctx context.Context, r *rules, campaignKey int64, c sto
 		KeepAnyType:    f.archive != nil, // an archive keeps every page, not only HTML
 	})
 	requestEnded()
-	f.giveSlot()
+	f.slots.give(it.batch.key)
 	f.metrics.Response(resp.Status, resp.Length, resp.Duration)
-	g.observe(ctx, &resp, spec.Politeness.MaxRetryAfter.D())
-	g.done()
+	h.observe(ctx, &resp, spec.Politeness.MaxRetryAfter.D())
+	h.done()
 
 	out.o.Attempted, out.o.Status, out.bytes = true, resp.Status, resp.Length
 	out.requestMs = resp.Duration.Milliseconds()
@@ -105,17 +109,17 @@ func (f *Fetch) fetchOne(ctx context.Context, r *rules, campaignKey int64, c sto
 			out.o.State = store.Failed
 			out.o.Error = fmt.Sprintf("%s (after %d attempts)", out.o.Error, attempt)
 		}
-		return out, true
+		return out
 	case fetch.Final:
 		out.o.State, out.o.Error = store.Failed, fetch.Describe(&resp)
-		return out, true
+		return out
 	}
 	if resp.Truncated {
 		// A body past the cap is a trap (or not a page we can use): a
 		// record of failure beats a page cut off at a random byte.
 		out.o.State = store.Failed
 		out.o.Error = fmt.Sprintf("body larger than limits.max_body_bytes (%d bytes)", spec.Limits.MaxBodyBytes)
-		return out, true
+		return out
 	}
 	out.o.State = store.Fetched
 	if f.archive != nil {
@@ -129,21 +133,22 @@ func (f *Fetch) fetchOne(ctx context.Context, r *rules, campaignKey int64, c sto
 		Digest: resp.Digest, FetchedAt: time.Now(), Duration: resp.Duration,
 	}
 	out.o.Page = page
+	self, _ := crawl.Canonicalize(c.URL) // parsed once already, in check
 	if resp.Status >= 300 && resp.Status < 400 && resp.Location != "" {
 		target, err := crawl.Resolve(self, resp.Location)
 		if err != nil {
 			page.RedirectTo = "invalid: " + resp.Location
-			return out, true
+			return out
 		}
 		page.RedirectTo = target.String
 		// A redirect is not a link hop: same depth, one more redirect.
-		if link, ok := f.admit(r, campaignKey, target, resp.Location, c.Depth, c.Redirects+1, c.ID); ok {
+		if link, ok := f.admit(r, it.batch.key, target, resp.Location, c.Depth, c.Redirects+1, c.ID); ok {
 			out.links = append(out.links, link)
 		}
-		return out, true
+		return out
 	}
 	if !resp.IsHTML() || len(resp.Body) == 0 {
-		return out, true
+		return out
 	}
 	doc := crawl.ExtractLinks(resp.Body, spec.Limits.MaxLinksPerPage)
 	page.Title, page.Links = doc.Title, len(doc.Links)
@@ -151,7 +156,7 @@ func (f *Fetch) fetchOne(ctx context.Context, r *rules, campaignKey int64, c sto
 		out.o.Error = fmt.Sprintf("kept the first %d links (limits.max_links_per_page)", len(doc.Links))
 	}
 	if doc.NoFollow {
-		return out, true
+		return out
 	}
 	base := self
 	if doc.Base != "" {
@@ -170,26 +175,12 @@ func (f *Fetch) fetchOne(ctx context.Context, r *rules, campaignKey int64, c sto
 			continue
 		}
 		seen[fp] = true
-		if link, ok := f.admit(r, campaignKey, u, href, c.Depth+1, 0, c.ID); ok {
+		if link, ok := f.admit(r, it.batch.key, u, href, c.Depth+1, 0, c.ID); ok {
 			out.links = append(out.links, link)
 		}
 	}
-	return out, true
+	return out
 }
-
-// takeSlot and giveSlot are the node-wide cap on requests in flight.
-func (f *Fetch) takeSlot(stop <-chan struct{}) func() bool {
-	return func() bool {
-		select {
-		case f.slots <- struct{}{}:
-			return true
-		case <-stop:
-			return false
-		}
-	}
-}
-
-func (f *Fetch) giveSlot() { <-f.slots }
 
 func statusText(status int) string {
 	if status == 0 {
@@ -236,13 +227,13 @@ func (f *Fetch) admit(r *rules, campaignKey int64, u crawl.URL, raw string, dept
 // after a remap the new owner starts afresh, which errs towards crawling.
 type queryCaps struct {
 	mu   sync.Mutex
-	seen map[gateKey]map[uint64]struct{}
+	seen map[campaignHost]map[uint64]struct{}
 }
 
 func (q *queryCaps) admit(campaignKey int64, shard string, fp uint64, limit int) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	k := gateKey{campaignKey, shard}
+	k := campaignHost{campaignKey, shard}
 	set := q.seen[k]
 	if set == nil {
 		set = map[uint64]struct{}{}
@@ -255,6 +246,34 @@ func (q *queryCaps) admit(campaignKey int64, shard string, fp uint64, limit int)
 		return false
 	}
 	set[fp] = struct{}{}
+	return true
+}
+
+// campaignHost is one campaign's view of one host.
+type campaignHost struct {
+	campaign int64
+	shard    string
+}
+
+// firsts remembers which (campaign, origin) pairs this node has seen, so
+// that an origin's sitemaps are read once per campaign.
+type firsts struct {
+	mu   sync.Mutex
+	seen map[campaignHost]bool
+}
+
+// first reports whether this is the first time for the pair.
+func (s *firsts) first(campaignKey int64, origin string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := campaignHost{campaignKey, origin}
+	if s.seen[k] {
+		return false
+	}
+	if s.seen == nil || len(s.seen) > 100_000 {
+		s.seen = map[campaignHost]bool{}
+	}
+	s.seen[k] = true
 	return true
 }
 

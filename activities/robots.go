@@ -3,7 +3,6 @@ package activities
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -15,58 +14,42 @@ import (
 	"github.com/spiderpool/spiderpool/store"
 )
 
-// robotsCache keeps each origin's robots.txt: in memory, then in Postgres
-// (so other nodes and restarts reuse it), then from the origin, once, with
-// the host's politeness applied to that request too.
+// robotsCache keeps each origin's robots.txt for the whole cluster: in
+// memory, then in Postgres (so other nodes, other campaigns and restarts
+// reuse it), then from the origin, once, under the host's claim and pace.
+// Each campaign judges a stored file's age by its own robots_ttl.
 type robotsCache struct {
 	st      *store.Store
 	fetcher *fetch.Fetcher
+	slots   *fairSlots // the node-wide request cap, shared with page fetches
 	log     *slog.Logger
-	slots   chan struct{} // the node-wide request cap, shared with Fetch
 
 	mu      sync.Mutex
-	entries map[robotsKey]robotsEntry
+	entries map[string]robotsEntry
 	flight  singleflight.Group
 }
 
-type robotsKey struct {
-	campaign int64
-	origin   string
-}
-
 type robotsEntry struct {
-	robots  *crawl.Robots
-	refused string
-	expires time.Time
+	robots    *crawl.Robots
+	fetchedAt time.Time
+	refused   string    // unreachable for good (blocked address, no such host)
+	until     time.Time // refused is remembered until then
 }
 
-// errStopped: the batch stopped before the robots.txt could be fetched.
+// errStopped: the URL's batch stopped before the robots.txt could be had.
 var errStopped = errors.New("batch stopping")
 
-func newRobotsCache(st *store.Store, f *fetch.Fetcher, slots chan struct{}, log *slog.Logger) *robotsCache {
-	return &robotsCache{st: st, fetcher: f, slots: slots, log: log, entries: map[robotsKey]robotsEntry{}}
+func newRobotsCache(st *store.Store, f *fetch.Fetcher, slots *fairSlots, log *slog.Logger) *robotsCache {
+	return &robotsCache{st: st, fetcher: f, slots: slots, log: log, entries: map[string]robotsEntry{}}
 }
-
-func (c *robotsCache) take(stop <-chan struct{}) func() bool {
-	return func() bool {
-		select {
-		case c.slots <- struct{}{}:
-			return true
-		case <-stop:
-			return false
-		}
-	}
-}
-
-func (c *robotsCache) give() { <-c.slots }
 
 // robotsFetch is what loading a robots.txt found.
 type robotsFetch struct {
-	robots  *crawl.Robots
+	robots *crawl.Robots
+	// expires is when the campaign asking must look again.
 	expires time.Time
-	fresh   bool // fetched from the origin just now (so sitemaps are read once)
-	// refused is set when the origin cannot be reached for good (its
-	// address is blocked, its host does not exist): its URLs fail with it.
+	// refused is set when the origin cannot be reached for good: its URLs
+	// fail with it.
 	refused string
 }
 
@@ -74,58 +57,100 @@ type robotsFetch struct {
 // remembered, so its other URLs fail without asking again.
 const refusedFor = time.Minute
 
-// get returns the origin's robots.txt and when it expires.
-func (c *robotsCache) get(ctx context.Context, r *rules, campaignKey int64, u crawl.URL, g *gate, stop <-chan struct{}) (robotsFetch, error) {
-	k := robotsKey{campaignKey, u.Origin()}
-	c.mu.Lock()
-	e, ok := c.entries[k]
-	c.mu.Unlock()
-	if ok && time.Now().Before(e.expires) {
-		return robotsFetch{robots: e.robots, refused: e.refused, expires: e.expires}, nil
+// ttlFor is how long a file may be trusted by a campaign with these rules:
+// robots_ttl, or robots_retry for one that could not be had.
+func ttlFor(r *rules, robots *crawl.Robots) time.Duration {
+	if robots.Unavailable() {
+		return r.spec.Politeness.RobotsRetry.D()
 	}
-	v, err, shared := c.flight.Do(fmt.Sprintf("%d|%s", k.campaign, k.origin), func() (any, error) {
-		return c.load(ctx, r, k, g, stop)
+	return r.spec.Politeness.RobotsTTL.D()
+}
+
+// get returns the origin's robots.txt as fresh as the campaign of r asks.
+func (c *robotsCache) get(ctx context.Context, r *rules, campaignKey int64, origin string, h *host, stop <-chan struct{}) (robotsFetch, error) {
+	if rf, ok := c.cached(r, origin); ok {
+		return rf, nil
+	}
+	v, err, _ := c.flight.Do(origin, func() (any, error) {
+		if rf, ok := c.cached(r, origin); ok {
+			return rf, nil
+		}
+		return c.load(ctx, r, campaignKey, origin, h, stop)
 	})
 	if err != nil {
 		return robotsFetch{}, err
 	}
 	rf := v.(robotsFetch)
-	rf.fresh = rf.fresh && !shared
+	if rf.robots != nil {
+		// Another campaign's load may have shared a file this one trusts
+		// for a different time.
+		rf.expires = c.entry(origin).fetchedAt.Add(ttlFor(r, rf.robots))
+	}
 	return rf, nil
 }
 
-func (c *robotsCache) load(ctx context.Context, r *rules, k robotsKey, g *gate, stop <-chan struct{}) (robotsFetch, error) {
-	stored, ok, err := c.st.Robots(ctx, k.campaign, k.origin)
+func (c *robotsCache) entry(origin string) robotsEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.entries[origin]
+}
+
+// cached answers from memory when the campaign of r still trusts the copy.
+func (c *robotsCache) cached(r *rules, origin string) (robotsFetch, bool) {
+	e := c.entry(origin)
+	now := time.Now()
+	switch {
+	case e.refused != "" && now.Before(e.until):
+		return robotsFetch{refused: e.refused, expires: e.until}, true
+	case e.robots != nil:
+		if exp := e.fetchedAt.Add(ttlFor(r, e.robots)); now.Before(exp) {
+			return robotsFetch{robots: e.robots, expires: exp}, true
+		}
+	}
+	return robotsFetch{}, false
+}
+
+func (c *robotsCache) load(ctx context.Context, r *rules, campaignKey int64, origin string, h *host, stop <-chan struct{}) (robotsFetch, error) {
+	stored, ok, err := c.st.Robots(ctx, origin)
 	if err != nil {
 		return robotsFetch{}, err
 	}
 	if ok {
-		rf := robotsFetch{robots: crawl.ParseRobots(stored.Status, stored.Body), expires: time.Now().Add(stored.ExpiresIn)}
-		c.remember(k, rf)
-		return rf, nil
+		robots := crawl.ParseRobots(stored.Status, stored.Body)
+		if ttl := ttlFor(r, robots); stored.Age < ttl {
+			fetchedAt := time.Now().Add(-stored.Age)
+			c.remember(origin, robotsEntry{robots: robots, fetchedAt: fetchedAt})
+			return robotsFetch{robots: robots, expires: fetchedAt.Add(ttl)}, nil
+		}
 	}
-	if !g.turn(ctx, stop, c.take(stop), c.give) {
+	if !h.turn(ctx, stop, func() bool { return c.slots.take(campaignKey, stop) }, func() { c.slots.give(campaignKey) }) {
 		return robotsFetch{}, errStopped
 	}
-	status, body, refused := c.fetchFile(ctx, r, k.origin+"/robots.txt", g)
-	c.give()
-	g.done()
+	// Another node may have fetched it while this one waited for the host.
+	if stored, ok, err := c.st.Robots(ctx, origin); err == nil && ok {
+		if robots := crawl.ParseRobots(stored.Status, stored.Body); stored.Age < ttlFor(r, robots) {
+			c.slots.give(campaignKey)
+			h.done()
+			fetchedAt := time.Now().Add(-stored.Age)
+			c.remember(origin, robotsEntry{robots: robots, fetchedAt: fetchedAt})
+			return robotsFetch{robots: robots, expires: fetchedAt.Add(ttlFor(r, robots))}, nil
+		}
+	}
+	status, body, refused := c.fetchFile(ctx, r, origin+"/robots.txt", h)
+	c.slots.give(campaignKey)
+	h.done()
 	if refused != "" {
-		rf := robotsFetch{refused: refused, expires: time.Now().Add(refusedFor)}
-		c.remember(k, rf)
-		return rf, nil
+		until := time.Now().Add(refusedFor)
+		c.remember(origin, robotsEntry{refused: refused, until: until})
+		return robotsFetch{refused: refused, expires: until}, nil
 	}
-	robots := crawl.ParseRobots(status, body)
-	ttl := r.spec.Politeness.RobotsTTL.D()
-	if robots.Unavailable() {
-		ttl = r.spec.Politeness.RobotsRetry.D()
-	}
-	if err := c.st.PutRobots(ctx, k.campaign, k.origin, status, body, ttl); err != nil {
+	if err := c.st.PutRobots(ctx, origin, status, body); err != nil {
 		return robotsFetch{}, err
 	}
-	rf := robotsFetch{robots: robots, expires: time.Now().Add(ttl), fresh: true}
-	c.remember(k, rf)
-	return rf, nil
+	robots := crawl.ParseRobots(status, body)
+	now := time.Now()
+	c.remember(origin, robotsEntry{robots: robots, fetchedAt: now})
+	return robotsFetch{robots: robots, expires: now.Add(ttlFor(r, robots))}, nil
 }
 
 // maxRobotsRedirects: RFC 9309 asks crawlers to follow at least five.
@@ -133,14 +158,14 @@ const maxRobotsRedirects = 5
 
 // fetchFile GETs a robots.txt, following redirects itself; status 0 means
 // no answer. refused says why, when the failure is one no retry will fix.
-func (c *robotsCache) fetchFile(ctx context.Context, r *rules, url string, g *gate) (status int, body []byte, refused string) {
+func (c *robotsCache) fetchFile(ctx context.Context, r *rules, url string, h *host) (status int, body []byte, refused string) {
 	for range maxRobotsRedirects + 1 {
 		resp := c.fetcher.Get(ctx, url, fetch.Options{
 			UserAgent: r.spec.Politeness.UserAgent, ConnectTimeout: r.spec.Timeouts.Connect.D(),
 			RequestTimeout: r.spec.Timeouts.Request.D(), IdleTimeout: r.spec.Timeouts.Idle.D(),
 			MaxBodyBytes: crawl.MaxRobotsBytes, KeepBody: true, KeepAnyType: true,
 		})
-		g.observe(ctx, &resp, r.spec.Politeness.MaxRetryAfter.D())
+		h.observe(ctx, &resp, r.spec.Politeness.MaxRetryAfter.D())
 		if resp.Err != nil {
 			if fetch.Classify(&resp, nil) == fetch.Final {
 				return 0, nil, fetch.Describe(&resp)
@@ -164,16 +189,16 @@ func (c *robotsCache) fetchFile(ctx context.Context, r *rules, url string, g *ga
 	return 0, nil, "" // a redirect loop: as unreachable
 }
 
-func (c *robotsCache) remember(k robotsKey, rf robotsFetch) {
+func (c *robotsCache) remember(origin string, e robotsEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.entries) > 100_000 {
 		now := time.Now()
-		for key, e := range c.entries {
-			if now.After(e.expires) {
+		for key, old := range c.entries {
+			if old.robots == nil && now.After(old.until) || old.robots != nil && now.Sub(old.fetchedAt) > 24*time.Hour {
 				delete(c.entries, key)
 			}
 		}
 	}
-	c.entries[k] = robotsEntry{robots: rf.robots, refused: rf.refused, expires: rf.expires}
+	c.entries[origin] = e
 }

@@ -14,9 +14,9 @@ const maxSitemapDocs = 50
 
 // loadSitemaps reads the sitemaps an origin's robots.txt lists, following
 // index files, and adds their in-scope URLs as seeds. Each document is a
-// request to its host like any other: through the gate, body capped, gzip
+// request to its host like any other: under its turn, body capped, gzip
 // bombs stopped at the cap. It returns how many URLs were new.
-func (f *Fetch) loadSitemaps(ctx context.Context, r *rules, campaignKey int64, robots *crawl.Robots, origin crawl.URL, g *gate, stop <-chan struct{}) int {
+func (f *Fetch) loadSitemaps(ctx context.Context, r *rules, campaignKey int64, robots *crawl.Robots, origin crawl.URL, h *host, stop <-chan struct{}) int {
 	queue := robots.Sitemaps()
 	budget := r.spec.Sitemaps.MaxURLsPerHost
 	added := 0
@@ -26,7 +26,7 @@ func (f *Fetch) loadSitemaps(ctx context.Context, r *rules, campaignKey int64, r
 		if err != nil {
 			continue
 		}
-		if !g.turn(ctx, stop, f.takeSlot(stop), f.giveSlot) {
+		if !h.turn(ctx, stop, func() bool { return f.slots.take(campaignKey, stop) }, func() { f.slots.give(campaignKey) }) {
 			return added
 		}
 		resp := f.fetcher.Get(ctx, loc.String, fetch.Options{
@@ -34,9 +34,9 @@ func (f *Fetch) loadSitemaps(ctx context.Context, r *rules, campaignKey int64, r
 			RequestTimeout: r.spec.Timeouts.Request.D(), IdleTimeout: r.spec.Timeouts.Idle.D(),
 			MaxBodyBytes: r.spec.Limits.MaxBodyBytes, KeepBody: true, KeepAnyType: true,
 		})
-		f.giveSlot()
-		g.observe(ctx, &resp, r.spec.Politeness.MaxRetryAfter.D())
-		g.done()
+		f.slots.give(campaignKey)
+		h.observe(ctx, &resp, r.spec.Politeness.MaxRetryAfter.D())
+		h.done()
 		if resp.Err != nil || resp.Status != 200 {
 			f.log.Info("sitemap not read", "sitemap", loc.String, "status", resp.Status, "error", resp.Err)
 			continue

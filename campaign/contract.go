@@ -23,6 +23,11 @@ const (
 
 	// StatusQuery returns a Status.
 	StatusQuery = "status"
+
+	// BatchReportSignal carries a BatchReport: what a batch did, sent by
+	// its node when the batch's activity can no longer be completed (the
+	// run continued as new, or gave the batch up while its node went on).
+	BatchReportSignal = "batch-report"
 )
 
 // Search attributes the workflow upserts, so the Web UI and `temporal
@@ -58,7 +63,8 @@ func NodeQueue(nodeID string) string { return nodeQueuePrefix + nodeID }
 // Activity names, registered by the node worker.
 const (
 	StartCampaignActivity     = "StartCampaign"
-	LeaseBatchActivity        = "LeaseBatch"
+	LeaseHostsActivity        = "LeaseHosts"
+	LeaseBatchActivity        = "LeaseBatch" // the v0.1 lease, for runs started before LeaseHosts
 	FetchBatchActivity        = "FetchBatch"
 	ReleaseBatchActivity      = "ReleaseBatch"
 	RefreshMembershipActivity = "RefreshMembership"
@@ -137,6 +143,97 @@ type LeaseGroup struct {
 	IDs      []int64 `json:"ids"`
 }
 
+// LeaseHostsRequest asks for the URLs each host needs to stay busy, for
+// the nodes with room in their window. The lease routes them: each host
+// goes to its owner on the ring of Nodes.
+type LeaseHostsRequest struct {
+	CampaignKey int64 `json:"campaign_key"`
+	// Nodes are the ring's members (effective weights) and how many more
+	// batches each may take now.
+	Nodes []LeaseNode `json:"nodes"`
+	// BatchSize caps the URLs of one batch, and of one host in flight.
+	BatchSize int `json:"batch_size"`
+	// Horizon is how much work to keep in flight for a host, in time: a
+	// host gets what it can fetch in about this long at its allowed rate,
+	// and more only once half of that is done.
+	Horizon Duration `json:"horizon"`
+	TTL     Duration `json:"ttl"`
+	// MaxPages is the campaign cap (0: none); leases never admit more URLs.
+	MaxPages int64 `json:"max_pages"`
+	// MinDelay and Concurrency are the campaign's politeness, for hosts
+	// whose pace no node has recorded yet.
+	MinDelay    Duration `json:"min_delay"`
+	Concurrency int      `json:"concurrency"`
+}
+
+// LeaseNode is one ring member in a lease request.
+type LeaseNode struct {
+	ID     string  `json:"id"`
+	Weight float64 `json:"weight"`
+	// Batches is how many batches the node's window has room for.
+	Batches int `json:"batches"`
+}
+
+// HostLease is a LeaseHosts answer: URLs now leased, already cut into one
+// batch or more per node.
+type HostLease struct {
+	LeaseID int64       `json:"lease_id"`
+	Batches []NodeBatch `json:"batches,omitempty"`
+	// Pending counts URLs waiting, due or not, after this lease, and
+	// LeasedElsewhere those held by earlier leases; both are counted only
+	// when nothing was leased.
+	Pending         int64 `json:"pending"`
+	LeasedElsewhere int64 `json:"leased_elsewhere"`
+	// NextDue is how long until something is likely due: a host back under
+	// its work in flight, a retry, a pause ending, a lease expiring.
+	NextDue Duration `json:"next_due"`
+	// More is set when a node's room ran out before the hosts due for it:
+	// lease again as soon as it has room.
+	More bool `json:"more,omitempty"`
+	// BudgetExhausted is set when MaxPages admits no more URLs.
+	BudgetExhausted bool `json:"budget_exhausted"`
+}
+
+// Size is the number of URLs in the lease.
+func (l HostLease) Size() int {
+	n := 0
+	for _, b := range l.Batches {
+		n += b.Size()
+	}
+	return n
+}
+
+// NodeBatch is one batch for one node.
+type NodeBatch struct {
+	Node   string       `json:"node"`
+	Groups []LeaseGroup `json:"groups"`
+}
+
+// Size is the number of URLs in the batch.
+func (b NodeBatch) Size() int {
+	n := 0
+	for _, g := range b.Groups {
+		n += len(g.IDs)
+	}
+	return n
+}
+
+// IDs lists the batch's URL IDs.
+func (b NodeBatch) IDs() []int64 {
+	ids := make([]int64, 0, b.Size())
+	for _, g := range b.Groups {
+		ids = append(ids, g.IDs...)
+	}
+	return ids
+}
+
+// BatchReport is the BatchReportSignal's argument.
+type BatchReport struct {
+	Seq    int64       `json:"seq"`
+	Node   string      `json:"node"`
+	Result BatchResult `json:"result"`
+}
+
 // FetchBatchRequest hands leased URLs to a node.
 type FetchBatchRequest struct {
 	CampaignID  string  `json:"campaign_id"`
@@ -149,6 +246,13 @@ type FetchBatchRequest struct {
 	// each scheduling's claim its own.
 	Route   int `json:"route"`
 	Attempt int `json:"attempt"`
+	// Seq numbers the campaign's batches, across runs: a late BatchReport
+	// names it.
+	Seq int64 `json:"seq,omitempty"`
+	// HandBackAfter, when set, bounds the batch's life: what has not
+	// started by then goes back to pending, due at once, so one slow host
+	// never holds the rest of a batch (and its window slot) for long.
+	HandBackAfter Duration `json:"hand_back_after,omitempty"`
 }
 
 // BatchResult is what a fetch batch did: counts only, never pages.
@@ -191,11 +295,15 @@ func (r *BatchResult) Add(o BatchResult) {
 	r.TransportErrors += o.TransportErrors
 }
 
-// ReleaseRequest returns still-leased URLs of a batch to pending.
+// ReleaseRequest returns still-leased URLs of a batch that no live node
+// holds to pending.
 type ReleaseRequest struct {
 	CampaignKey int64   `json:"campaign_key"`
 	LeaseID     int64   `json:"lease_id"`
 	IDs         []int64 `json:"ids"`
+	// Leases, when set instead, releases every URL of these leases that no
+	// node has claimed.
+	Leases []int64 `json:"leases,omitempty"`
 }
 
 // MembershipRequest reads the node registry.
@@ -352,6 +460,19 @@ type Carry struct {
 	DispatchedLease int64 `json:"dispatched_lease"`
 	// SearchAttributes as in StartResult.
 	SearchAttributes []string `json:"search_attributes,omitempty"`
+	// BatchSeq is the last batch number used.
+	BatchSeq int64 `json:"batch_seq,omitempty"`
+	// Orphans are batches the run no longer waits for but whose nodes may
+	// still be fetching them: in flight at continue-as-new, or given up on
+	// while their node lived on. Their reports arrive as signals.
+	Orphans []OrphanBatch `json:"orphans,omitempty"`
+}
+
+// OrphanBatch is a batch whose result may still arrive as a BatchReport.
+type OrphanBatch struct {
+	Seq     int64  `json:"seq"`
+	Node    string `json:"node"`
+	LeaseID int64  `json:"lease_id"`
 }
 
 // CarriedNode is a node's campaign state across continue-as-new.

@@ -23,10 +23,18 @@ func (s *Store) CreateCampaign(ctx context.Context, id string, spec campaign.Spe
 	if err != nil {
 		return 0, false, err
 	}
+	// Nodes holding the campaign's hosts hear of it at once: its politeness
+	// may be the strictest now (see HostPolicies).
 	err = s.pool.QueryRow(ctx, `
-		INSERT INTO campaigns (id, spec) VALUES ($1, $2)
-		ON CONFLICT (id) DO UPDATE SET spec = EXCLUDED.spec, status = 'running', finished_at = NULL
-		RETURNING key, xmax <> 0`, id, doc).Scan(&key, &existed)
+		WITH c AS (
+			INSERT INTO campaigns (id, spec, min_delay_ms, host_concurrency) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (id) DO UPDATE SET spec = EXCLUDED.spec, status = 'running', finished_at = NULL,
+				min_delay_ms = EXCLUDED.min_delay_ms, host_concurrency = EXCLUDED.host_concurrency
+			RETURNING key, xmax <> 0 AS existed
+		)
+		SELECT key, existed, pg_notify($5, key::text)::text FROM c`,
+		id, doc, ms(spec.Politeness.MinDelay.D()), spec.Politeness.MaxConcurrencyPerHost, PolicyChannel).
+		Scan(&key, &existed, new(string))
 	if err != nil {
 		return 0, false, fmt.Errorf("create campaign %s: %w", id, err)
 	}
@@ -157,7 +165,9 @@ func (s *Store) Summarize(ctx context.Context, key int64) (campaign.Summary, err
 
 // FinishCampaign records the outcome and summary and returns the summary.
 func (s *Store) FinishCampaign(ctx context.Context, key int64, outcome string, runs int) (campaign.Summary, error) {
-	if _, err := s.pool.Exec(ctx, `UPDATE campaigns SET finished_at = now(), status = $2 WHERE key = $1`, key, outcome); err != nil {
+	if _, err := s.pool.Exec(ctx, `
+		WITH c AS (UPDATE campaigns SET finished_at = now(), status = $2 WHERE key = $1 RETURNING key)
+		SELECT pg_notify($3, key::text)::text FROM c`, key, outcome, PolicyChannel); err != nil {
 		return campaign.Summary{}, fmt.Errorf("finish campaign %d: %w", key, err)
 	}
 	sum, err := s.Summarize(ctx, key)
@@ -173,4 +183,16 @@ func (s *Store) FinishCampaign(ctx context.Context, key int64, outcome string, r
 		return sum, fmt.Errorf("store summary of campaign %d: %w", key, err)
 	}
 	return sum, nil
+}
+
+// RetryFailed puts a campaign's failed URLs back to pending with their
+// attempts reset, and returns how many.
+func (s *Store) RetryFailed(ctx context.Context, campaignKey int64) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE frontier SET state = 'pending', attempts = 0, next_attempt_at = now(), finished_at = NULL
+		WHERE campaign = $1 AND state = 'failed'`, campaignKey)
+	if err != nil {
+		return 0, fmt.Errorf("re-queue failed URLs of campaign %d: %w", campaignKey, err)
+	}
+	return int(tag.RowsAffected()), nil
 }

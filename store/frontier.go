@@ -145,9 +145,7 @@ func (s *Store) Lease(ctx context.Context, p LeaseParams) (campaign.Lease, error
 	var lease campaign.Lease
 	err := s.retryTx(ctx, func(tx pgx.Tx) error {
 		lease = campaign.Lease{}
-		if _, err := tx.Exec(ctx, `
-			UPDATE frontier SET state = 'pending', lease_id = NULL, lease_holder = NULL, lease_expires_at = NULL
-			WHERE campaign = $1 AND state = 'leased' AND lease_expires_at < now()`, p.CampaignKey); err != nil {
+		if _, err := tx.Exec(ctx, expireLeases, p.CampaignKey); err != nil {
 			return fmt.Errorf("expire leases: %w", err)
 		}
 		// NO KEY UPDATE, not UPDATE: the foreign-key checks of concurrent
@@ -167,7 +165,8 @@ func (s *Store) Lease(ctx context.Context, p LeaseParams) (campaign.Lease, error
 		rows, err := tx.Query(ctx, `
 			WITH h AS (
 				SELECT id FROM hosts
-				WHERE campaign = $1 AND next_allowed_at <= now()
+				WHERE campaign = $1 AND NOT EXISTS (
+					SELECT 1 FROM host_state s WHERE s.shard_key = hosts.shard_key AND s.paused_until > now())
 				ORDER BY last_leased_at NULLS FIRST, id
 			), cand AS (
 				SELECT f.id, f.first_leased_at IS NULL AS fresh, row_number() OVER () AS ord
@@ -244,28 +243,13 @@ func (s *Store) Lease(ctx context.Context, p LeaseParams) (campaign.Lease, error
 		}
 		// Nothing due: say what is left and when the next thing is due, so
 		// the workflow sleeps rather than polls.
-		var nextDue *time.Duration
-		var pendingFresh int64
-		err = tx.QueryRow(ctx, `
-			SELECT
-				count(*) FILTER (WHERE state = 'pending'),
-				count(*) FILTER (WHERE state = 'pending' AND first_leased_at IS NULL),
-				count(*) FILTER (WHERE state = 'leased'),
-				(SELECT greatest(min(t) - now(), interval '0') FROM (
-					SELECT min(next_attempt_at) AS t FROM frontier WHERE campaign = $1 AND state = 'pending'
-					UNION ALL SELECT min(lease_expires_at) FROM frontier WHERE campaign = $1 AND state = 'leased'
-					UNION ALL SELECT min(h.next_allowed_at) FROM hosts h
-						WHERE h.campaign = $1 AND h.next_allowed_at > now()
-						AND EXISTS (SELECT 1 FROM frontier f WHERE f.campaign = $1 AND f.host_id = h.id AND f.state = 'pending')
-				) t)
-			FROM frontier WHERE campaign = $1 AND state IN ('pending', 'leased')`, p.CampaignKey).
-			Scan(&lease.Pending, &pendingFresh, &lease.LeasedElsewhere, &nextDue)
+		left, err := whatIsLeft(ctx, tx, p.CampaignKey)
 		if err != nil {
-			return fmt.Errorf("count what is left: %w", err)
+			return err
 		}
-		if nextDue != nil {
-			lease.NextDue = campaign.Duration(*nextDue)
-		}
+		lease.Pending, lease.LeasedElsewhere = left.pending, left.leased
+		lease.NextDue = campaign.Duration(left.nextDue)
+		pendingFresh := left.pendingFresh
 		if budget == 0 && pendingFresh == lease.Pending {
 			lease.BudgetExhausted = true
 		}
@@ -277,7 +261,40 @@ func (s *Store) Lease(ctx context.Context, p LeaseParams) (campaign.Lease, error
 	return lease, nil
 }
 
-// ClaimedURL is a leased URL a batch now holds.
+// leftover is what a campaign's frontier still holds when nothing is due.
+type leftover struct {
+	pending, pendingFresh, leased int64
+	// nextDue is how long until the earliest pending URL is due (its retry,
+	// its host's pause) or an unclaimed lease expires; 0 if none.
+	nextDue time.Duration
+}
+
+func whatIsLeft(ctx context.Context, tx pgx.Tx, campaignKey int64) (leftover, error) {
+	var l leftover
+	var nextDue *time.Duration
+	err := tx.QueryRow(ctx, `
+		SELECT
+			count(*) FILTER (WHERE state = 'pending'),
+			count(*) FILTER (WHERE state = 'pending' AND first_leased_at IS NULL),
+			count(*) FILTER (WHERE state = 'leased'),
+			(SELECT greatest(min(t) - now(), interval '0') FROM (
+				SELECT min(greatest(f.next_attempt_at, s.paused_until)) AS t
+				FROM frontier f JOIN hosts h ON h.id = f.host_id LEFT JOIN host_state s ON s.shard_key = h.shard_key
+				WHERE f.campaign = $1 AND f.state = 'pending'
+				UNION ALL SELECT min(lease_expires_at) FROM frontier WHERE campaign = $1 AND state = 'leased' AND lease_holder IS NULL
+			) t)
+		FROM frontier WHERE campaign = $1 AND state IN ('pending', 'leased')`, campaignKey).
+		Scan(&l.pending, &l.pendingFresh, &l.leased, &nextDue)
+	if err != nil {
+		return l, fmt.Errorf("count what is left: %w", err)
+	}
+	if nextDue != nil {
+		l.nextDue = *nextDue
+	}
+	return l, nil
+}
+
+// ClaimedURL is a leased URL a node now holds.
 type ClaimedURL struct {
 	ID        int64
 	URL       string
@@ -286,26 +303,35 @@ type ClaimedURL struct {
 	Redirects int
 	Attempts  int
 	// LeaseAge is how long ago the URL was leased: its time in the
-	// workflow and the node's task queue before a batch claimed it.
+	// workflow and the node's task queue before a node claimed it.
 	LeaseAge time.Duration
 }
 
+// liveHolder is true of a frontier row f whose holder still renews: its
+// node is alive (see HeartbeatNode).
+const liveHolder = `EXISTS (SELECT 1 FROM holders h WHERE h.holder = f.lease_holder AND h.alive_until > now())`
+
+// expireLeases returns to pending the leased rows of campaign $1 that
+// nobody can still settle: unclaimed ones past their lease's expiry, and
+// claimed ones whose holder stopped renewing (its node died, or lost
+// Postgres and with it the right to commit). A row a live holder keeps is
+// never taken from it, however long its host makes it wait.
+const expireLeases = `
+	UPDATE frontier f SET state = 'pending', lease_id = NULL, lease_holder = NULL, lease_expires_at = NULL
+	WHERE f.campaign = $1 AND f.state = 'leased'
+	  AND CASE WHEN f.lease_holder IS NULL THEN f.lease_expires_at < now() ELSE NOT ` + liveHolder + ` END`
+
 // Claim makes holder the owner of the listed URLs that are still leased
-// under leaseID and not held by a live batch, and returns them. Rows
-// finished by an earlier attempt, re-leased after their lease expired, or
-// still held by a batch that keeps renewing (see RenewHolder) are not
-// returned: that is how a retried or rerouted batch resumes where the last
-// holder stopped without fetching anything twice. A batch whose holder was
-// replaced can no longer commit. It registers holder as alive for ttl.
-func (s *Store) Claim(ctx context.Context, campaignKey, leaseID int64, ids []int64, holder, node string, ttl, holderTTL time.Duration) ([]ClaimedURL, error) {
-	if err := s.RenewHolder(ctx, holder, holderTTL); err != nil {
-		return nil, err
-	}
+// under leaseID and not held by a live holder, and returns them. Rows
+// finished meanwhile, re-leased after their lease expired, or held by a
+// node that is still alive are not returned: a batch delivered twice, or
+// rerouted while its first node lives, fetches nothing twice. Rows holder
+// already holds are returned again; the caller knows which it has.
+func (s *Store) Claim(ctx context.Context, campaignKey, leaseID int64, ids []int64, holder, node string, ttl time.Duration) ([]ClaimedURL, error) {
 	rows, err := s.pool.Query(ctx, `
 		UPDATE frontier f SET lease_holder = $4, node = $5, lease_expires_at = now() + $6::bigint * interval '1 millisecond'
 		WHERE f.campaign = $1 AND f.lease_id = $2 AND f.id = ANY($3) AND f.state = 'leased'
-		  AND (f.lease_holder IS NULL OR f.lease_holder = $4 OR NOT EXISTS (
-		      SELECT 1 FROM holders h WHERE h.holder = f.lease_holder AND h.alive_until > now()))
+		  AND (f.lease_holder IS NULL OR f.lease_holder = $4 OR NOT `+liveHolder+`)
 		RETURNING id, url, shard_key, depth, redirects, attempts,
 		          (extract(epoch FROM now() - coalesce(leased_at, now())) * 1000)::bigint`,
 		campaignKey, leaseID, ids, holder, node, ttl.Milliseconds())
@@ -328,49 +354,37 @@ func (s *Store) Claim(ctx context.Context, campaignKey, leaseID int64, ids []int
 	return claimed, nil
 }
 
-// RenewHolder marks a batch alive for ttl more.
-func (s *Store) RenewHolder(ctx context.Context, holder string, ttl time.Duration) error {
-	_, err := s.pool.Exec(ctx, `
-		INSERT INTO holders (holder, alive_until) VALUES ($1, now() + $2::bigint * interval '1 millisecond')
-		ON CONFLICT (holder) DO UPDATE SET alive_until = EXCLUDED.alive_until`, holder, ttl.Milliseconds())
-	if err != nil {
-		return fmt.Errorf("renew holder %s: %w", holder, err)
-	}
-	return nil
-}
-
-// DropHolder ends a batch's liveness: what it still holds may be claimed.
-func (s *Store) DropHolder(ctx context.Context, holder string) error {
-	if _, err := s.pool.Exec(ctx, `DELETE FROM holders WHERE holder = $1`, holder); err != nil {
-		return fmt.Errorf("drop holder %s: %w", holder, err)
-	}
-	return nil
-}
-
 func hostKey(campaignKey int64, shard string) string {
 	return strconv.FormatInt(campaignKey, 10) + "|" + shard
 }
 
-// ExtendLease pushes back the expiry of the URLs holder still holds.
-func (s *Store) ExtendLease(ctx context.Context, leaseID int64, holder string, ttl time.Duration) error {
-	_, err := s.pool.Exec(ctx, `
-		UPDATE frontier SET lease_expires_at = now() + $3::bigint * interval '1 millisecond'
-		WHERE lease_id = $1 AND lease_holder = $2 AND state = 'leased'`, leaseID, holder, ttl.Milliseconds())
-	if err != nil {
-		return fmt.Errorf("extend lease %d: %w", leaseID, err)
-	}
-	return nil
-}
-
 // Release returns the listed URLs still leased under leaseID to pending,
-// due now. holder, when not empty, limits it to the URLs holder claimed.
+// due now. With a holder, only the URLs that holder holds (a node handing
+// back what it will not fetch); without, only those no live holder has
+// (a batch the workflow gave up on: whatever a live node is fetching stays
+// its own, and is not fetched twice).
 func (s *Store) Release(ctx context.Context, campaignKey, leaseID int64, ids []int64, holder string) (int, error) {
 	tag, err := s.pool.Exec(ctx, `
-		UPDATE frontier SET state = 'pending', lease_id = NULL, lease_holder = NULL, lease_expires_at = NULL
-		WHERE campaign = $1 AND lease_id = $2 AND id = ANY($3) AND state = 'leased'
-		  AND ($4 = '' OR lease_holder = $4)`, campaignKey, leaseID, ids, holder)
+		UPDATE frontier f SET state = 'pending', lease_id = NULL, lease_holder = NULL, lease_expires_at = NULL
+		WHERE f.campaign = $1 AND f.lease_id = $2 AND f.id = ANY($3) AND f.state = 'leased'
+		  AND CASE WHEN $4 = '' THEN f.lease_holder IS NULL OR NOT `+liveHolder+` ELSE f.lease_holder = $4 END`,
+		campaignKey, leaseID, ids, holder)
 	if err != nil {
 		return 0, fmt.Errorf("release lease %d: %w", leaseID, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// ReleaseUnclaimed returns to pending the URLs of the given leases that no
+// node claimed: the batches of a workflow run that continued as new before
+// a node picked them up, which now never will be.
+func (s *Store) ReleaseUnclaimed(ctx context.Context, campaignKey int64, leaseIDs []int64) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE frontier SET state = 'pending', lease_id = NULL, lease_expires_at = NULL
+		WHERE campaign = $1 AND lease_id = ANY($2) AND state = 'leased' AND lease_holder IS NULL`,
+		campaignKey, leaseIDs)
+	if err != nil {
+		return 0, fmt.Errorf("release unclaimed URLs of %d leases: %w", len(leaseIDs), err)
 	}
 	return int(tag.RowsAffected()), nil
 }

@@ -20,24 +20,46 @@ type Registration struct {
 	TTL         time.Duration
 }
 
-// RegisterNode upserts the node's row and marks it alive now.
+// HolderToken names one node process as the holder of the frontier rows
+// it claims. It is unique per process (the incarnation changes at every
+// start), so a node restarted under the same ID never renews what the dead
+// process held.
+func HolderToken(id, incarnation string) string { return id + "@" + incarnation }
+
+// RegisterNode upserts the node's row and marks it, and its holder token,
+// alive now.
 func (s *Store) RegisterNode(ctx context.Context, r Registration) error {
 	_, err := s.pool.Exec(ctx, `
-		INSERT INTO nodes (id, weight, queue, version, incarnation, ttl, started_at, heartbeat_at, stopped_at)
-		VALUES ($1, $2, $3, $4, $5, $6::bigint * interval '1 millisecond', now(), now(), NULL)
-		ON CONFLICT (id) DO UPDATE SET weight = EXCLUDED.weight, queue = EXCLUDED.queue, version = EXCLUDED.version,
-			incarnation = EXCLUDED.incarnation, ttl = EXCLUDED.ttl, started_at = now(), heartbeat_at = now(), stopped_at = NULL`,
-		r.ID, r.Weight, r.Queue, r.Version, r.Incarnation, r.TTL.Milliseconds())
+		WITH n AS (
+			INSERT INTO nodes (id, weight, queue, version, incarnation, ttl, started_at, heartbeat_at, stopped_at)
+			VALUES ($1, $2, $3, $4, $5, $6::bigint * interval '1 millisecond', now(), now(), NULL)
+			ON CONFLICT (id) DO UPDATE SET weight = EXCLUDED.weight, queue = EXCLUDED.queue, version = EXCLUDED.version,
+				incarnation = EXCLUDED.incarnation, ttl = EXCLUDED.ttl, started_at = now(), heartbeat_at = now(), stopped_at = NULL
+			RETURNING ttl
+		)
+		INSERT INTO holders (holder, alive_until) SELECT $7, now() + ttl FROM n
+		ON CONFLICT (holder) DO UPDATE SET alive_until = EXCLUDED.alive_until`,
+		r.ID, r.Weight, r.Queue, r.Version, r.Incarnation, r.TTL.Milliseconds(), HolderToken(r.ID, r.Incarnation))
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", r.ID, err)
 	}
 	return nil
 }
 
-// HeartbeatNode marks the node alive now. It fails if another process has
+// HeartbeatNode keeps the rows the node holds alive, and, when it can
+// take work (it reaches Temporal), the node itself: a node cut off from
+// Temporal but not from Postgres finishes and commits what it holds while
+// campaigns move its hosts elsewhere. It fails if another process has
 // since registered under the same ID.
-func (s *Store) HeartbeatNode(ctx context.Context, id, incarnation string) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE nodes SET heartbeat_at = now() WHERE id = $1 AND incarnation = $2`, id, incarnation)
+func (s *Store) HeartbeatNode(ctx context.Context, id, incarnation string, canWork bool) error {
+	tag, err := s.pool.Exec(ctx, `
+		WITH n AS (
+			UPDATE nodes SET heartbeat_at = CASE WHEN $4 THEN now() ELSE heartbeat_at END
+			WHERE id = $1 AND incarnation = $2 RETURNING ttl
+		)
+		INSERT INTO holders (holder, alive_until) SELECT $3, now() + ttl FROM n
+		ON CONFLICT (holder) DO UPDATE SET alive_until = EXCLUDED.alive_until`,
+		id, incarnation, HolderToken(id, incarnation), canWork)
 	if err != nil {
 		return fmt.Errorf("heartbeat node %s: %w", id, err)
 	}
@@ -48,9 +70,12 @@ func (s *Store) HeartbeatNode(ctx context.Context, id, incarnation string) error
 }
 
 // DeregisterNode marks the node stopped, so campaigns drop it at their next
-// membership refresh instead of waiting for its TTL.
+// membership refresh instead of waiting for its TTL, and ends its holder
+// token: whatever it still holds may be claimed at once.
 func (s *Store) DeregisterNode(ctx context.Context, id, incarnation string) error {
-	_, err := s.pool.Exec(ctx, `UPDATE nodes SET stopped_at = now() WHERE id = $1 AND incarnation = $2`, id, incarnation)
+	_, err := s.pool.Exec(ctx, `
+		WITH n AS (UPDATE nodes SET stopped_at = now() WHERE id = $1 AND incarnation = $2 RETURNING id)
+		DELETE FROM holders WHERE holder = $3 AND EXISTS (SELECT 1 FROM n)`, id, incarnation, HolderToken(id, incarnation))
 	if err != nil {
 		return fmt.Errorf("deregister node %s: %w", id, err)
 	}

@@ -9,131 +9,263 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// HostClaim is what a node learns when it claims a host.
+// Politeness state belongs to the host (the shard key), not to a campaign:
+// host_state has one row per host for the whole cluster, so two campaigns
+// crawling one site share its claim, its pace and its pauses, and the
+// stricter of their settings holds for both.
+
+// HostPolicy is the strictest politeness among the running campaigns that
+// crawl a host.
+type HostPolicy struct {
+	MinDelay time.Duration
+	// Concurrency is the least max_concurrency_per_host among them; 0 when
+	// none is known.
+	Concurrency int
+}
+
+// HostClaim is what a holder learns when it asks for a host.
 type HostClaim struct {
-	// Granted is false while another node's claim is live.
+	// Granted is false while another holder's claim is live.
 	Granted bool
 	// Wait is how long until the host's next request may start.
 	Wait time.Duration
 	// ExtraDelay is the delay learned from the host's 5xx answers.
 	ExtraDelay time.Duration
+	// Latency is the host's moving average response time, as last written.
+	Latency time.Duration
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
-// ClaimHost makes node the one node fetching from a host, until ttl
-// passes without a renewal. A claim held by a node that died lapses after
-// its ttl.
-func (s *Store) ClaimHost(ctx context.Context, campaignKey int64, shardKey, node string, ttl time.Duration) (HostClaim, error) {
-	var c HostClaim
-	var waitMs, extraMs int64
+func fromMs(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+
+// ClaimHost makes holder the one fetching from a host until ttl passes
+// without a renewal: a holder that died lets go after its ttl. A refused
+// claim marks the host wanted, so its holder shares it (see RenewHosts).
+func (s *Store) ClaimHost(ctx context.Context, shardKey, holder string, ttl time.Duration) (HostClaim, error) {
+	var waitMs, extraMs, latencyMs int64
 	err := s.pool.QueryRow(ctx, `
-		UPDATE hosts SET claim_node = $3, claim_until = now() + $4::bigint * interval '1 millisecond'
-		WHERE campaign = $1 AND shard_key = $2
-		  AND (claim_node IS NULL OR claim_node = $3 OR claim_until < now())
-		RETURNING (extract(epoch FROM greatest(next_allowed_at, now()) - now()) * 1000)::bigint, extra_delay_ms`,
-		campaignKey, shardKey, node, ms(ttl)).Scan(&waitMs, &extraMs)
+		INSERT INTO host_state AS s (shard_key, claim_holder, claim_until)
+		VALUES ($1, $2, now() + $3::bigint * interval '1 millisecond')
+		ON CONFLICT (shard_key) DO UPDATE SET claim_holder = EXCLUDED.claim_holder, claim_until = EXCLUDED.claim_until,
+			wanted_until = CASE WHEN s.claim_holder = EXCLUDED.claim_holder THEN s.wanted_until END
+		WHERE s.claim_holder IS NULL OR s.claim_holder = EXCLUDED.claim_holder OR s.claim_until < now()
+		RETURNING (extract(epoch FROM greatest(s.next_allowed_at, now()) - now()) * 1000)::bigint,
+		          s.extra_delay_ms, s.latency_ms`,
+		shardKey, holder, ms(ttl)).Scan(&waitMs, &extraMs, &latencyMs)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return c, nil
+		if _, err := s.pool.Exec(ctx, `
+			UPDATE host_state SET wanted_until = now() + $2::bigint * interval '1 millisecond'
+			WHERE shard_key = $1 AND claim_holder IS DISTINCT FROM $3`, shardKey, ms(ttl), holder); err != nil {
+			return HostClaim{}, fmt.Errorf("claim host %s: %w", shardKey, err)
+		}
+		return HostClaim{}, nil
 	}
 	if err != nil {
-		return c, fmt.Errorf("claim host %s: %w", shardKey, err)
+		return HostClaim{}, fmt.Errorf("claim host %s: %w", shardKey, err)
 	}
-	return HostClaim{Granted: true, Wait: time.Duration(waitMs) * time.Millisecond, ExtraDelay: time.Duration(extraMs) * time.Millisecond}, nil
+	return HostClaim{Granted: true, Wait: fromMs(waitMs), ExtraDelay: fromMs(extraMs), Latency: fromMs(latencyMs)}, nil
 }
 
-// RenewHost extends node's claim and records when the host's next request
-// may start. It returns false if the claim was lost.
-func (s *Store) RenewHost(ctx context.Context, campaignKey int64, shardKey, node string, ttl, nextIn, extra time.Duration) (bool, error) {
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE hosts SET claim_until = now() + $4::bigint * interval '1 millisecond',
-			next_allowed_at = greatest(next_allowed_at, now() + $5::bigint * interval '1 millisecond'),
-			extra_delay_ms = $6
-		WHERE campaign = $1 AND shard_key = $2 AND claim_node = $3`,
-		campaignKey, shardKey, node, ms(ttl), ms(nextIn), ms(extra))
+// HeldHost is what a holder writes about a host it holds: when the next
+// request may start and what it has learned of the host's pace.
+type HeldHost struct {
+	ShardKey   string
+	NextIn     time.Duration
+	ExtraDelay time.Duration
+	Interval   time.Duration // least time between starts now applied
+	Latency    time.Duration
+}
+
+// RenewHosts extends holder's claims on hosts in one statement and records
+// each host's pace, so a holder that takes a host over keeps it. It returns
+// the hosts still held, and among them those another holder asked for.
+func (s *Store) RenewHosts(ctx context.Context, holder string, ttl time.Duration, hosts []HeldHost) (held, wanted map[string]bool, err error) {
+	held, wanted = map[string]bool{}, map[string]bool{}
+	if len(hosts) == 0 {
+		return held, wanted, nil
+	}
+	keys, next, extra, interval, latency := heldColumns(hosts)
+	rows, err := s.pool.Query(ctx, `
+		UPDATE host_state s SET claim_until = now() + $2::bigint * interval '1 millisecond',
+			next_allowed_at = greatest(s.next_allowed_at, now() + u.next_ms * interval '1 millisecond'),
+			extra_delay_ms = u.extra, interval_ms = u.gap, latency_ms = u.latency
+		FROM unnest($3::text[], $4::bigint[], $5::int[], $6::int[], $7::int[]) AS u(key, next_ms, extra, gap, latency)
+		WHERE s.shard_key = u.key AND s.claim_holder = $1
+		RETURNING s.shard_key, coalesce(s.wanted_until > now(), false)`,
+		holder, ms(ttl), keys, next, extra, interval, latency)
 	if err != nil {
-		return false, fmt.Errorf("renew host %s: %w", shardKey, err)
+		return nil, nil, fmt.Errorf("renew %d host claims: %w", len(hosts), err)
 	}
-	return tag.RowsAffected() == 1, nil
+	for rows.Next() {
+		var key string
+		var w bool
+		if err := rows.Scan(&key, &w); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("renew %d host claims: %w", len(hosts), err)
+		}
+		held[key] = true
+		if w {
+			wanted[key] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("renew %d host claims: %w", len(hosts), err)
+	}
+	return held, wanted, nil
 }
 
-// ReleaseHost ends node's claim, leaving when the next request may start.
-func (s *Store) ReleaseHost(ctx context.Context, campaignKey int64, shardKey, node string, nextIn, extra time.Duration) error {
+// ReleaseHost ends holder's claim, leaving when the host's next request may
+// start and what was learned of its pace.
+func (s *Store) ReleaseHost(ctx context.Context, holder string, h HeldHost) error {
 	_, err := s.pool.Exec(ctx, `
-		UPDATE hosts SET claim_node = NULL, claim_until = NULL,
-			next_allowed_at = greatest(next_allowed_at, now() + $4::bigint * interval '1 millisecond'),
-			extra_delay_ms = $5
-		WHERE campaign = $1 AND shard_key = $2 AND claim_node = $3`,
-		campaignKey, shardKey, node, ms(nextIn), ms(extra))
+		UPDATE host_state SET claim_holder = NULL, claim_until = NULL, wanted_until = NULL,
+			next_allowed_at = greatest(next_allowed_at, now() + $3::bigint * interval '1 millisecond'),
+			extra_delay_ms = $4, interval_ms = $5, latency_ms = $6
+		WHERE shard_key = $1 AND claim_holder = $2`,
+		h.ShardKey, holder, ms(h.NextIn), ms(h.ExtraDelay), ms(h.Interval), ms(h.Latency))
 	if err != nil {
-		return fmt.Errorf("release host %s: %w", shardKey, err)
+		return fmt.Errorf("release host %s: %w", h.ShardKey, err)
 	}
 	return nil
 }
 
-// CoolHost holds every request to a host (on any node) and its leasing for
-// at least d: a Retry-After, or a robots.txt that cannot be had.
-func (s *Store) CoolHost(ctx context.Context, campaignKey int64, shardKey string, d time.Duration) error {
+func heldColumns(hosts []HeldHost) (keys []string, next []int64, extra, interval, latency []int32) {
+	for _, h := range hosts {
+		keys = append(keys, h.ShardKey)
+		next = append(next, ms(h.NextIn))
+		extra = append(extra, int32(ms(h.ExtraDelay)))
+		interval = append(interval, int32(ms(h.Interval)))
+		latency = append(latency, int32(ms(h.Latency)))
+	}
+	return keys, next, extra, interval, latency
+}
+
+// PauseHost holds every request to a host, on any node and for every
+// campaign, and its leasing, for at least d: a Retry-After, or a
+// robots.txt that cannot be had.
+func (s *Store) PauseHost(ctx context.Context, shardKey string, d time.Duration) error {
 	_, err := s.pool.Exec(ctx, `
-		UPDATE hosts SET next_allowed_at = greatest(next_allowed_at, now() + $3::bigint * interval '1 millisecond')
-		WHERE campaign = $1 AND shard_key = $2`, campaignKey, shardKey, ms(d))
+		INSERT INTO host_state AS s (shard_key, paused_until, next_allowed_at)
+		VALUES ($1, now() + $2::bigint * interval '1 millisecond', now() + $2::bigint * interval '1 millisecond')
+		ON CONFLICT (shard_key) DO UPDATE SET
+			paused_until = greatest(s.paused_until, EXCLUDED.paused_until),
+			next_allowed_at = greatest(s.next_allowed_at, EXCLUDED.next_allowed_at)`, shardKey, ms(d))
 	if err != nil {
-		return fmt.Errorf("cool host %s: %w", shardKey, err)
+		return fmt.Errorf("pause host %s: %w", shardKey, err)
 	}
 	return nil
+}
+
+// HostPolicies returns, for each of keys that a running campaign crawls,
+// the strictest politeness among those campaigns.
+func (s *Store) HostPolicies(ctx context.Context, keys []string) (map[string]HostPolicy, error) {
+	out := make(map[string]HostPolicy, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT h.shard_key, max(c.min_delay_ms), coalesce(min(nullif(c.host_concurrency, 0)), 0)
+		FROM hosts h JOIN campaigns c ON c.key = h.campaign
+		WHERE h.shard_key = ANY($1) AND c.status = 'running'
+		GROUP BY h.shard_key`, keys)
+	if err != nil {
+		return nil, fmt.Errorf("host policies: %w", err)
+	}
+	for rows.Next() {
+		var key string
+		var delayMs int64
+		var conc int
+		if err := rows.Scan(&key, &delayMs, &conc); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("host policies: %w", err)
+		}
+		out[key] = HostPolicy{MinDelay: fromMs(delayMs), Concurrency: conc}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("host policies: %w", err)
+	}
+	return out, nil
+}
+
+// PolicyChannel is the Postgres notification channel on which campaign
+// starts and ends are announced: a host's strictest policy may have changed.
+const PolicyChannel = "spiderpool_policy"
+
+// ListenPolicies calls changed every time a campaign starts or ends, until
+// ctx ends. It holds one connection; a lost connection is opened again, and
+// changed is called once after each reconnect, since notifications may have
+// been missed meanwhile.
+func (s *Store) ListenPolicies(ctx context.Context, changed func()) {
+	for {
+		_ = s.listen(ctx, changed) // a lost listener only delays the news: claims re-read policies as they renew
+		if ctx.Err() != nil {
+			return
+		}
+		changed() // whatever was announced while not listening
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Store) listen(ctx context.Context, changed func()) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+PolicyChannel); err != nil {
+		return err
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "UNLISTEN "+PolicyChannel) //nolint:errcheck
+	for {
+		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+			return err
+		}
+		changed()
+	}
 }
 
 // RobotsFile is a stored robots.txt.
 type RobotsFile struct {
-	Status    int
-	Body      []byte
-	ExpiresIn time.Duration
+	Status int
+	Body   []byte
+	// Age is how long ago it was fetched.
+	Age time.Duration
 }
 
-// Robots returns the stored robots.txt of an origin, if one has not
-// expired.
-func (s *Store) Robots(ctx context.Context, campaignKey int64, origin string) (RobotsFile, bool, error) {
+// Robots returns an origin's stored robots.txt, fetched once for the
+// cluster; the caller judges its age.
+func (s *Store) Robots(ctx context.Context, origin string) (RobotsFile, bool, error) {
 	var f RobotsFile
-	var expMs int64
+	var ageMs int64
 	err := s.pool.QueryRow(ctx, `
-		SELECT status, body, (extract(epoch FROM expires_at - now()) * 1000)::bigint
-		FROM robots WHERE campaign = $1 AND origin = $2 AND expires_at > now()`, campaignKey, origin).
-		Scan(&f.Status, &f.Body, &expMs)
+		SELECT status, body, (extract(epoch FROM now() - fetched_at) * 1000)::bigint
+		FROM robots_cache WHERE origin = $1`, origin).Scan(&f.Status, &f.Body, &ageMs)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return f, false, nil
 	}
 	if err != nil {
 		return f, false, fmt.Errorf("robots.txt of %s: %w", origin, err)
 	}
-	f.ExpiresIn = time.Duration(expMs) * time.Millisecond
+	f.Age = fromMs(ageMs)
 	return f, true, nil
 }
 
-// PutRobots stores an origin's robots.txt for ttl.
-func (s *Store) PutRobots(ctx context.Context, campaignKey int64, origin string, status int, body []byte, ttl time.Duration) error {
+// PutRobots stores an origin's robots.txt as fetched now.
+func (s *Store) PutRobots(ctx context.Context, origin string, status int, body []byte) error {
 	if body == nil {
 		body = []byte{}
 	}
 	_, err := s.pool.Exec(ctx, `
-		INSERT INTO robots (campaign, origin, status, body, expires_at)
-		VALUES ($1, $2, $3, $4, now() + $5::bigint * interval '1 millisecond')
-		ON CONFLICT (campaign, origin) DO UPDATE SET status = EXCLUDED.status, body = EXCLUDED.body,
-			fetched_at = now(), expires_at = EXCLUDED.expires_at`,
-		campaignKey, origin, status, body, ms(ttl))
+		INSERT INTO robots_cache (origin, status, body, fetched_at) VALUES ($1, $2, $3, now())
+		ON CONFLICT (origin) DO UPDATE SET status = EXCLUDED.status, body = EXCLUDED.body, fetched_at = now()`,
+		origin, status, body)
 	if err != nil {
 		return fmt.Errorf("store robots.txt of %s: %w", origin, err)
 	}
 	return nil
-}
-
-// RetryFailed puts a campaign's failed URLs back to pending with their
-// attempts reset, and returns how many.
-func (s *Store) RetryFailed(ctx context.Context, campaignKey int64) (int, error) {
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE frontier SET state = 'pending', attempts = 0, next_attempt_at = now(), finished_at = NULL
-		WHERE campaign = $1 AND state = 'failed'`, campaignKey)
-	if err != nil {
-		return 0, fmt.Errorf("re-queue failed URLs of campaign %d: %w", campaignKey, err)
-	}
-	return int(tag.RowsAffected()), nil
 }

@@ -121,33 +121,50 @@ func TestLeaseIsFairAcrossHostsAndNeverTwice(t *testing.T) {
 	}
 }
 
+// holder registers a node process and returns its holder token: alive
+// while the node's row is (see HeartbeatNode).
+func holder(t *testing.T, s *store.Store, node, incarnation string) string {
+	t.Helper()
+	reg := store.Registration{ID: node, Weight: 1, Queue: campaign.NodeQueue(node), Incarnation: incarnation, TTL: time.Hour}
+	if err := s.RegisterNode(ctx, reg); err != nil {
+		t.Fatal(err)
+	}
+	return store.HolderToken(node, incarnation)
+}
+
 func TestClaimCommitAndLostClaim(t *testing.T) {
 	s := harness.OpenStore(t)
 	key := newCampaign(t, s, "http://a.test/")
+	n1, n2 := holder(t, s, "n1", "1"), holder(t, s, "n2", "1")
 	if _, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/1", "http://a.test/2", "http://a.test/3")); err != nil {
 		t.Fatal(err)
 	}
 	l := leaseAll(t, s, key, 10, 10)
 	all := ids(l)
-	claimed, err := s.Claim(ctx, key, l.LeaseID, all, "n1/1/0", "n1", time.Minute, time.Minute)
+	claimed, err := s.Claim(ctx, key, l.LeaseID, all, n1, "n1", time.Minute)
 	if err != nil || len(claimed) != 3 {
 		t.Fatalf("claimed %d (%v)", len(claimed), err)
 	}
 	// While the first holder is alive, a rerouted batch gets nothing.
-	if c, err := s.Claim(ctx, key, l.LeaseID, all[1:], "n2/1/1", "n2", time.Minute, time.Minute); err != nil || len(c) != 0 {
+	if c, err := s.Claim(ctx, key, l.LeaseID, all[1:], n2, "n2", time.Minute); err != nil || len(c) != 0 {
 		t.Fatalf("claimed %d from a live holder (%v)", len(c), err)
+	}
+	// Nor does a release that names no holder: what a live node fetches
+	// stays its own.
+	if n, err := s.Release(ctx, key, l.LeaseID, all, ""); err != nil || n != 0 {
+		t.Fatalf("released %d URLs a live holder holds (%v)", n, err)
 	}
 	// Once it stops renewing, the rerouted batch takes the claim over; the
 	// first holder's commit is then refused, so it cannot overwrite the new
 	// holder's results.
-	if err := s.DropHolder(ctx, "n1/1/0"); err != nil {
+	if err := s.DeregisterNode(ctx, "n1", "1"); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := s.Claim(ctx, key, l.LeaseID, all[1:], "n2/1/1", "n2", time.Minute, time.Minute); err != nil || len(c) != 2 {
+	if c, err := s.Claim(ctx, key, l.LeaseID, all[1:], n2, "n2", time.Minute); err != nil || len(c) != 2 {
 		t.Fatalf("claimed %d from a dead holder (%v), want 2", len(c), err)
 	}
 	page := &store.Page{Status: 200, ContentType: "text/html", ContentLength: 10, FetchedAt: time.Now(), Duration: time.Millisecond}
-	res, err := s.Commit(ctx, key, "n1/1/0", "n1", []store.Outcome{
+	res, err := s.Commit(ctx, key, n1, "n1", []store.Outcome{
 		{ID: all[0], State: store.Fetched, Attempted: true, Status: 200, Page: page},
 		{ID: all[1], State: store.Fetched, Attempted: true, Status: 200, Page: page},
 	}, urls(t, "http://a.test/new"))
@@ -157,7 +174,7 @@ func TestClaimCommitAndLostClaim(t *testing.T) {
 	if !res.Accepted[all[0]] || res.Accepted[all[1]] || res.Discovered != 1 {
 		t.Fatalf("commit accepted %v discovered %d; want only %d and 1 new link", res.Accepted, res.Discovered, all[0])
 	}
-	res, err = s.Commit(ctx, key, "n2/1/1", "n2", []store.Outcome{
+	res, err = s.Commit(ctx, key, n2, "n2", []store.Outcome{
 		{ID: all[1], State: store.Fetched, Attempted: true, Status: 200, Page: page},
 		{ID: all[2], State: store.Pending, Attempted: true, Status: 503, Error: "HTTP 503", RetryIn: time.Hour},
 	}, nil)
@@ -165,7 +182,7 @@ func TestClaimCommitAndLostClaim(t *testing.T) {
 		t.Fatalf("second holder's commit accepted %v (%v)", res.Accepted, err)
 	}
 	// A later claim of the same IDs finds them settled: nothing to refetch.
-	again, err := s.Claim(ctx, key, l.LeaseID, all, "n1/2/0", "n1", time.Minute, time.Minute)
+	again, err := s.Claim(ctx, key, l.LeaseID, all, holder(t, s, "n1", "2"), "n1", time.Minute)
 	if err != nil || len(again) != 0 {
 		t.Fatalf("re-claim got %d URLs (%v), want 0", len(again), err)
 	}
@@ -211,7 +228,7 @@ func TestExpiredLeaseReturnsToPending(t *testing.T) {
 		t.Fatalf("expired URL not re-leased: %+v", l2)
 	}
 	// The first lease's batch can no longer claim it.
-	if c, err := s.Claim(ctx, key, l.LeaseID, ids(l), "old", "n", time.Minute, time.Minute); err != nil || len(c) != 0 {
+	if c, err := s.Claim(ctx, key, l.LeaseID, ids(l), holder(t, s, "n", "1"), "n", time.Minute); err != nil || len(c) != 0 {
 		t.Fatalf("stale lease claimed %d (%v)", len(c), err)
 	}
 }
@@ -302,7 +319,7 @@ func TestNodeRegistry(t *testing.T) {
 	if err != nil || len(nodes) != 2 || !nodes[0].Alive || nodes[1].Alive || nodes[0].Weight != 2 {
 		t.Fatalf("nodes = %+v (%v); want n1 alive with weight 2, n2 dead", nodes, err)
 	}
-	if err := s.HeartbeatNode(ctx, "n1", "someone-else"); err == nil {
+	if err := s.HeartbeatNode(ctx, "n1", "someone-else", true); err == nil {
 		t.Fatal("heartbeat with a stale incarnation succeeded")
 	}
 	if err := s.DeregisterNode(ctx, "n1", "a"); err != nil {

@@ -130,18 +130,18 @@ func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Sto
 	(&activities.Control{Store: st, Log: log, SearchAttributes: searchAttributes(tc, cfg.Namespace)}).Register(controlWorker)
 
 	nodeWorker := worker.New(tc, campaign.NodeQueue(n.ID), worker.Options{
-		Identity:                           identity,
+		Identity: identity,
+		// A fetch batch only claims its URLs and hands them to the node's
+		// engine (activities.Fetch), which completes it later: the slots
+		// are held for a Postgres round trip, never while hosts wait.
 		MaxConcurrentActivityExecutionSize: n.MaxBatches,
-		// Long enough for batches to hand back what they have not started.
-		WorkerStopTimeout: 20 * time.Second,
-		// Heartbeats reach the server every few seconds: the SDK's default
-		// throttle (0.8 of the timeout) leaves too little slack on a busy
-		// node, and a missed timeout reroutes a healthy node's batch.
-		MaxHeartbeatThrottleInterval: 3 * time.Second,
+		WorkerStopTimeout:                  10 * time.Second,
 	})
-	activities.NewFetch(n.ID, st, f, activities.FetchOptions{
-		Concurrency: n.FetchConcurrency, Metrics: m.Crawl, Archive: arch,
-	}, log).Register(nodeWorker)
+	fetcher := activities.NewFetch(n.ID, st, f, activities.FetchOptions{
+		Concurrency: n.FetchConcurrency, Holder: store.HolderToken(n.ID, reg.Incarnation), Temporal: tc,
+		Metrics: m.Crawl, Archive: arch,
+	}, log)
+	fetcher.Register(nodeWorker)
 
 	beatCtx, stopBeat := context.WithCancel(context.Background())
 	beatDone := make(chan struct{})
@@ -150,6 +150,7 @@ func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Sto
 			if err := st.RegisterNode(ctx, reg); err != nil {
 				return err
 			}
+			fetcher.Start()
 			if err := nodeWorker.Start(); err != nil {
 				return fmt.Errorf("start worker on %s: %w", campaign.NodeQueue(n.ID), err)
 			}
@@ -157,15 +158,19 @@ func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Sto
 				nodeWorker.Stop()
 				return fmt.Errorf("start worker on %s: %w", cfg.ControlQueue, err)
 			}
-			go heartbeat(beatCtx, beatDone, st, reg, n.HeartbeatInterval, log)
+			go heartbeat(beatCtx, beatDone, st, tc, reg, n.HeartbeatInterval, log)
 			log.Info("node started", "queue", reg.Queue, "weight", n.Weight, "control_queue", cfg.ControlQueue,
 				"fetch_concurrency", n.FetchConcurrency, "temporal", cfg.TemporalAddress)
 			return nil
 		},
 		OnStop: func(ctx context.Context) error {
-			// Fetch batches first: they hand unstarted URLs back while the
-			// control worker can still record their completion.
+			// No new batches; then the engine hands back what it has not
+			// started and completes its batches while the control worker
+			// can still record their completion.
 			nodeWorker.Stop()
+			if err := fetcher.Stop(ctx); err != nil {
+				log.Warn("stopping the crawl engine", "error", err)
+			}
 			controlWorker.Stop()
 			stopBeat()
 			<-beatDone
@@ -220,17 +225,38 @@ func serveHTTP(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, m *metrics.
 	return nil
 }
 
-func heartbeat(ctx context.Context, done chan<- struct{}, st *store.Store, reg store.Registration, every time.Duration, log *slog.Logger) {
+// heartbeat renews the node's registry row and holder token. A node that
+// has not reached Temporal for two TTLs stops counting as alive to
+// campaigns (it cannot take batches; they move its hosts elsewhere), while
+// its holder token lives on as long as it reaches Postgres, so what it
+// holds is finished, not fetched twice. A shorter outage of Temporal
+// (a restart) changes nothing.
+func heartbeat(ctx context.Context, done chan<- struct{}, st *store.Store, tc client.Client, reg store.Registration, every time.Duration, log *slog.Logger) {
 	defer close(done)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var unreachableSince time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if err := st.HeartbeatNode(ctx, reg.ID, reg.Incarnation); err != nil && ctx.Err() == nil {
+		hctx, cancel := context.WithTimeout(ctx, every)
+		_, err := tc.CheckHealth(hctx, &client.CheckHealthRequest{})
+		cancel()
+		switch {
+		case err == nil:
+			unreachableSince = time.Time{}
+		case unreachableSince.IsZero():
+			unreachableSince = time.Now()
+		}
+		canWork := unreachableSince.IsZero() || time.Since(unreachableSince) < 2*reg.TTL
+		if !canWork && ctx.Err() == nil {
+			log.Warn("Temporal unreachable; campaigns move this node's hosts elsewhere until it is back",
+				"since", unreachableSince.Format(time.RFC3339), "error", err)
+		}
+		if err := st.HeartbeatNode(ctx, reg.ID, reg.Incarnation, canWork); err != nil && ctx.Err() == nil {
 			log.Warn("registry heartbeat failed", "error", err)
 		}
 	}

@@ -1,11 +1,19 @@
 // Package workflows holds CrawlCampaign, the campaign dispatcher: it leases
-// URLs from the frontier, routes them by the ring to node task queues,
-// keeps a bounded window of batches in flight, reroutes the batches of dead
-// nodes, applies operator signals and continues as new before its history
-// grows large.
+// what each host can absorb from the frontier, routed by the ring to the
+// nodes with room in their window, applies operator signals and updates,
+// and continues as new before its history grows large, without waiting for
+// the batches in flight.
+//
+// Flow control, in short: a host gets work for about Horizon at the rate
+// its politeness allows, and more once half of it is done (store.LeaseHosts);
+// a node has at most window_per_node batches of a campaign in flight; nodes
+// run batches without holding worker slots and heartbeat them, so a batch
+// times out only when its node is dead or cut off, and a node leaves the
+// ring only when its registry heartbeat says so. See ARCHITECTURE.md.
 //
 // Workflow code here is deterministic: no I/O, clock, randomness or map
 // iteration order; every side effect is an activity in package activities.
+// Runs started under v0.1.0 go on under package legacy, then hand over.
 package workflows
 
 import (
@@ -19,6 +27,7 @@ import (
 
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/ring"
+	"github.com/spiderpool/spiderpool/workflows/legacy"
 )
 
 // Register is what a worker registers: the workflow under its public name.
@@ -28,6 +37,10 @@ func Register(r interface {
 	r.RegisterWorkflowWithOptions(CrawlCampaign, workflow.RegisterOptions{Name: campaign.WorkflowType})
 }
 
+// hostFlowChange versions the dispatcher: runs that started before it
+// (no marker in their history) go on under package legacy.
+const hostFlowChange = "host-aware-flow"
+
 // CrawlCampaign crawls spec to completion and returns the summary from
 // Postgres. carry is nil on a fresh start and set by continue-as-new; the
 // campaign ID is the workflow ID.
@@ -36,6 +49,9 @@ func Register(r interface {
 // --task-queue spiderpool.control --input '{"seeds":["http://..."]}'`: the
 // spec gets the same defaults as from the CLI.
 func CrawlCampaign(ctx workflow.Context, spec campaign.Spec, carry *campaign.Carry) (campaign.Summary, error) {
+	if workflow.GetVersion(ctx, hostFlowChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return legacy.CrawlCampaign(ctx, spec, carry)
+	}
 	d, err := newDispatcher(ctx, spec, carry)
 	if err != nil {
 		return campaign.Summary{}, err
@@ -58,8 +74,6 @@ const (
 	reasonDied      = "heartbeat expired"
 	reasonLeft      = "left the registry"
 	reasonRegistry  = "registered weight changed"
-	reasonSuspect   = "batch timed out"
-	reasonRecovered = "alive again"
 	reasonSignal    = "signal "
 	reasonDrainDone = "drain complete"
 )
@@ -67,6 +81,23 @@ const (
 // ExcludedAtLimit is the reason recorded on URLs left pending when
 // limits.max_pages ends a campaign.
 const ExcludedAtLimit = "limits.max_pages reached"
+
+// Flow control constants.
+const (
+	// Horizon is how much work a host gets at a time, in time at its
+	// allowed rate; it gets more once half of it is done.
+	Horizon = 4 * time.Second
+	// handBackAfter bounds a batch's life: what has not started by then
+	// goes back to pending (its host was slower than leasing thought), so
+	// a batch never holds a window slot long.
+	handBackAfter = 2 * Horizon
+	// leasePace is the least time between two leases while the last one
+	// left nothing waiting for room: hosts come due continuously, and
+	// gathering them keeps batches large and history short.
+	leasePace = 500 * time.Millisecond
+	// maxOrphans bounds the batches whose late reports a run still takes.
+	maxOrphans = 1000
+)
 
 type dispatcher struct {
 	ctx  workflow.Context
@@ -85,22 +116,23 @@ type dispatcher struct {
 	rejected []string
 	changes  []campaign.RingChange
 
-	sel       workflow.Selector
-	wake      workflow.Channel
-	inflight  int // batches
-	inflightN int // URLs in those batches
-	batchSeq  int64
+	sel      workflow.Selector
+	wake     workflow.Channel
+	open     []*batch // in flight, by seq
+	inflight int      // URLs in them
+	batchSeq int64
+	orphans  []campaign.OrphanBatch // by seq
 
 	leasing       bool
+	lastLease     campaign.HostLease
+	leasedAt      time.Time
 	leaseDry      bool  // the last lease found nothing due
 	completions   int64 // batch completions, to tell whether a lease is stale
 	leaseStartSeq int64
-	lastLease     campaign.Lease
 	// dispatchedLease is the newest lease routed so far.
 	dispatchedLease int64
-	budgetDone      bool
 	timerSet        bool
-	ops             int // retry waits, releases and ring-change writes outstanding
+	ops             int // releases and ring-change writes outstanding
 	cancelled       bool
 	state           string
 
@@ -108,14 +140,13 @@ type dispatcher struct {
 	pub   published // what they last said
 }
 
+// batch is one FetchBatch in flight.
 type batch struct {
 	seq     int64
 	node    string
 	leaseID int64
-	groups  []campaign.LeaseGroup
-	size    int
-	route   int
-	attempt int
+	ids     []int64
+	cancel  workflow.CancelFunc
 }
 
 func newDispatcher(ctx workflow.Context, spec campaign.Spec, carry *campaign.Carry) (*dispatcher, error) {
@@ -129,20 +160,13 @@ func newDispatcher(ctx workflow.Context, spec campaign.Spec, carry *campaign.Car
 		return nil, temporal.NewNonRetryableApplicationError("invalid campaign spec: "+err.Error(), "InvalidSpec", nil)
 	}
 	d.spec = normalized
+	d.run = 1
 	if carry != nil {
 		d.key, d.run, d.counters, d.paused, d.rejected = carry.CampaignKey, carry.Run+1, carry.Counters, carry.Paused, carry.Rejected
-		d.dispatchedLease = carry.DispatchedLease
-		d.attrs = carry.SearchAttributes
+		d.dispatchedLease, d.attrs, d.batchSeq, d.orphans = carry.DispatchedLease, carry.SearchAttributes, carry.BatchSeq, carry.Orphans
 		for _, c := range carry.Nodes {
-			d.addNode(&node{
-				id: c.ID, weight: c.Weight, override: c.Override, drain: c.Drain, health: c.Health,
-				incarnation: c.Incarnation, suspectFor: c.SuspectFor, batchesSent: c.BatchesSent,
-				fetched: c.Fetched, failed: c.Failed,
-				adaptive: c.Adaptive, latencyMs: c.LatencyMs, errorRate: c.ErrorRate, samples: c.Samples,
-			})
+			d.addNode(nodeFromCarry(c))
 		}
-	} else {
-		d.run = 1
 	}
 	d.log = log.With(workflow.GetLogger(ctx), "campaign", d.id)
 	d.sel = workflow.NewSelector(ctx)
@@ -166,6 +190,7 @@ func (d *dispatcher) loop() (campaign.Summary, error) {
 		d.attrs = start.SearchAttributes
 		d.counters.Seeds = int64(start.SeedsInserted)
 	}
+	d.releaseOrphanedLeases()
 	d.refreshMembership()
 	d.scheduleMembershipTimer()
 	d.sel.AddReceive(d.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
@@ -187,8 +212,8 @@ func (d *dispatcher) loop() (campaign.Summary, error) {
 			return d.finish()
 		}
 		if d.continueAsNewDue() {
-			d.state = "draining for continue-as-new"
-			if d.quiet() && workflow.AllHandlersFinished(ctx) {
+			d.state = "continuing as new"
+			if !d.leasing && d.ops == 0 && workflow.AllHandlersFinished(ctx) {
 				return campaign.Summary{}, d.continueAsNew()
 			}
 		} else {
@@ -200,54 +225,88 @@ func (d *dispatcher) loop() (campaign.Summary, error) {
 	}
 }
 
-// finished: nothing pending, leased or in flight, or the page budget is
-// spent and the last batches are in.
-func (d *dispatcher) finished() bool {
-	if !d.quiet() {
-		return false
-	}
-	if d.budgetDone {
-		return true
-	}
-	return d.leaseDry && d.lastLease.Pending == 0 && d.lastLease.LeasedElsewhere == 0
+// quiet: nothing in flight and nothing outstanding.
+func (d *dispatcher) quiet() bool {
+	return len(d.open) == 0 && !d.leasing && d.ops == 0
 }
 
-// quiet: safe to continue as new (no activity or lease outstanding).
-func (d *dispatcher) quiet() bool {
-	return d.inflight == 0 && !d.leasing && d.ops == 0
+// finished: nothing pending or leased anywhere (Postgres says so: batches
+// this run gave up on, or a previous run's, may still be settling), or
+// the page budget is spent and only URLs it would not admit are left.
+func (d *dispatcher) finished() bool {
+	l := d.lastLease
+	return d.quiet() && d.leaseDry && l.LeasedElsewhere == 0 && (l.Pending == 0 || l.BudgetExhausted)
 }
 
 func (d *dispatcher) continueAsNewDue() bool {
 	info := workflow.GetInfo(d.ctx)
-	// Leave room for the completions of what is in flight.
-	margin := max(300, 8*d.spec.Dispatch.WindowPerNode*len(d.order))
+	// Batches in flight are handed on, not awaited: the margin covers only
+	// the lease and the writes outstanding when it falls due.
+	margin := min(500, d.spec.Dispatch.MaxHistoryEvents/5)
 	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() > d.spec.Dispatch.MaxHistoryEvents-margin
 }
 
+// continueAsNew hands the campaign to a new run. Batches in flight go on:
+// their nodes report them to the new run by signal (see OrphanBatch), and
+// the new run releases what no node picked up before this run closed.
 func (d *dispatcher) continueAsNew() error {
 	d.drainSignals()
+	orphans := d.orphans
+	for _, b := range d.open {
+		orphans = append(orphans, campaign.OrphanBatch{Seq: b.seq, Node: b.node, LeaseID: b.leaseID})
+	}
 	carry := &campaign.Carry{
 		CampaignKey: d.key, Run: d.run, Counters: d.counters, Paused: d.paused, Rejected: d.rejected,
-		DispatchedLease: d.dispatchedLease, SearchAttributes: d.attrs,
+		DispatchedLease: d.dispatchedLease, SearchAttributes: d.attrs, BatchSeq: d.batchSeq,
+		Orphans: lastOrphans(orphans),
 	}
 	for _, id := range d.order {
 		n := d.nodes[id]
-		carry.Nodes = append(carry.Nodes, campaign.CarriedNode{
-			ID: n.id, Weight: n.weight, Override: n.override, Drain: n.drain, Health: n.health,
-			Incarnation: n.incarnation, SuspectFor: n.suspectFor, BatchesSent: n.batchesSent,
-			Fetched: n.fetched, Failed: n.failed,
-			Adaptive: n.adaptive, LatencyMs: n.latencyMs, ErrorRate: n.errorRate, Samples: n.samples,
-		})
+		if n.health == dead && !d.hasOrphansOn(id) && n.inflight == 0 {
+			continue // long gone: its history is in node_weight_history
+		}
+		carry.Nodes = append(carry.Nodes, n.carried())
 	}
-	d.log.Info("continuing as new", "run", d.run, "history_events", workflow.GetInfo(d.ctx).GetCurrentHistoryLength())
+	d.log.Info("continuing as new", "run", d.run, "history_events", workflow.GetInfo(d.ctx).GetCurrentHistoryLength(),
+		"batches_in_flight", len(d.open))
 	return workflow.NewContinueAsNewError(d.ctx, campaign.WorkflowType, d.spec, carry)
+}
+
+func lastOrphans(o []campaign.OrphanBatch) []campaign.OrphanBatch {
+	if len(o) > maxOrphans {
+		return o[len(o)-maxOrphans:]
+	}
+	return o
+}
+
+func (d *dispatcher) hasOrphansOn(node string) bool {
+	for _, o := range d.orphans {
+		if o.Node == node {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseOrphanedLeases returns to pending the URLs of carried batches
+// that no node picked up before the last run closed: none ever will.
+func (d *dispatcher) releaseOrphanedLeases() {
+	var leases []int64
+	for _, o := range d.orphans {
+		if len(leases) == 0 || leases[len(leases)-1] != o.LeaseID {
+			leases = append(leases, o.LeaseID)
+		}
+	}
+	if len(leases) > 0 {
+		d.releaseWith(campaign.ReleaseRequest{CampaignKey: d.key, Leases: leases}, "batches of the last run no node picked up")
+	}
 }
 
 func (d *dispatcher) finish() (campaign.Summary, error) {
 	d.drainSignals() // applied, or rejected into status, not dropped unseen
 	d.state = "finishing"
 	req := campaign.FinishRequest{CampaignKey: d.key, Outcome: campaign.OutcomeCompleted, Runs: d.run}
-	if d.budgetDone {
+	if d.lastLease.BudgetExhausted {
 		req.ExcludeRest = ExcludedAtLimit
 	}
 	var sum campaign.Summary
@@ -280,238 +339,207 @@ func (d *dispatcher) finishCancelled() (campaign.Summary, error) {
 	return sum, temporal.NewCanceledError("campaign cancelled")
 }
 
-// capacity is how many more URLs the window has room for.
-func (d *dispatcher) capacity() int {
-	active := 0
+// rooms lists the ring's members with the batches each may take now: the
+// window holds per node.
+func (d *dispatcher) rooms() (nodes []campaign.LeaseNode, room int) {
+	now := workflow.Now(d.ctx)
 	for _, id := range d.order {
-		if d.nodes[id].effectiveWeight() > 0 {
-			active++
+		n := d.nodes[id]
+		w := n.effectiveWeight()
+		if w <= 0 {
+			continue
 		}
+		free := max(0, d.spec.Dispatch.WindowPerNode-n.inflight)
+		if now.Before(n.coolUntil) {
+			free = 0 // its last batch failed: its hosts wait a little
+		}
+		nodes = append(nodes, campaign.LeaseNode{ID: id, Weight: w, Batches: free})
+		room += free
 	}
-	return active*d.spec.Dispatch.WindowPerNode*d.spec.Dispatch.BatchSize - d.inflightN
+	return nodes, room
 }
 
 func (d *dispatcher) maybeLease() {
 	switch {
-	case d.leasing || d.budgetDone:
+	case d.leasing:
 		return
 	case d.paused:
 		d.state = "paused"
 		return
-	case d.leaseDry:
-		if d.inflight == 0 {
+	}
+	nodes, room := d.rooms()
+	switch {
+	case len(nodes) == 0:
+		d.state = "waiting for nodes"
+		return
+	case room == 0 || d.leaseDry:
+		if len(d.open) == 0 {
 			d.state = "waiting for due URLs"
 		}
 		return
-	}
-	room := d.capacity()
-	if room <= 0 || (d.inflight > 0 && room < d.spec.Dispatch.BatchSize/2) {
-		if len(d.ring.Nodes()) == 0 || d.activeCount() == 0 {
-			d.state = "waiting for nodes"
-		}
-		return
+	case !d.lastLease.More && workflow.Now(d.ctx).Sub(d.leasedAt) < leasePace:
+		return // maybeWaitTimer wakes the loop when the pace allows
 	}
 	d.state = "running"
 	d.leasing = true
 	d.leaseStartSeq = d.completions
-	req := campaign.LeaseRequest{
-		CampaignKey: d.key, Limit: min(room, 10_000), PerHost: d.perHost(),
-		TTL: d.spec.Dispatch.LeaseTTL, MaxPages: d.spec.Limits.MaxPages,
+	p := d.spec.Politeness
+	req := campaign.LeaseHostsRequest{
+		CampaignKey: d.key, Nodes: nodes, BatchSize: d.spec.Dispatch.BatchSize,
+		Horizon: campaign.Duration(Horizon), TTL: d.spec.Dispatch.LeaseTTL, MaxPages: d.spec.Limits.MaxPages,
+		MinDelay: p.MinDelay, Concurrency: p.MaxConcurrencyPerHost,
 	}
-	f := workflow.ExecuteLocalActivity(d.localOptions(), campaign.LeaseBatchActivity, req)
+	f := workflow.ExecuteLocalActivity(d.localOptions(), campaign.LeaseHostsActivity, req)
 	d.sel.AddFuture(f, func(f workflow.Future) {
 		d.leasing = false
-		var lease campaign.Lease
+		d.leasedAt = workflow.Now(d.ctx)
+		var lease campaign.HostLease
 		if err := f.Get(d.ctx, &lease); err != nil {
 			d.log.Warn("lease failed", "error", err)
-			d.leaseDry, d.lastLease = true, campaign.Lease{Pending: 1, NextDue: campaign.Duration(5 * time.Second)}
+			d.leaseDry, d.lastLease = true, campaign.HostLease{Pending: 1, NextDue: campaign.Duration(5 * time.Second)}
 			return
 		}
 		d.lastLease = lease
-		d.budgetDone = lease.BudgetExhausted && lease.Size() == 0
 		if lease.Size() == 0 {
-			// Stale if a batch finished meanwhile: it may have added links.
+			// Stale if a batch finished meanwhile: it may have added links
+			// or freed its hosts.
 			d.leaseDry = d.completions == d.leaseStartSeq
 			return
 		}
 		d.counters.Leased += int64(lease.Size())
 		d.dispatchedLease = lease.LeaseID
-		d.dispatch(lease.LeaseID, lease.Groups, 0)
+		for _, nb := range lease.Batches {
+			d.schedule(lease.LeaseID, nb)
+		}
 	})
 }
 
-func (d *dispatcher) activeCount() int {
-	n := 0
-	for _, id := range d.order {
-		if d.nodes[id].effectiveWeight() > 0 {
-			n++
-		}
+// maybeWaitTimer sleeps until leasing makes sense again, when nothing else
+// would wake the loop first: URLs in retry backoff, hosts under their
+// quota or paused, leases to expire, or the lease pace.
+func (d *dispatcher) maybeWaitTimer() {
+	if d.timerSet || d.leasing || d.paused || d.continueAsNewDue() {
+		return
 	}
-	return n
+	if _, room := d.rooms(); room == 0 {
+		return // a batch completing wakes the loop
+	}
+	var wait time.Duration
+	switch since := workflow.Now(d.ctx).Sub(d.leasedAt); {
+	case d.leaseDry:
+		wait = min(max(d.lastLease.NextDue.D(), leasePace), 30*time.Second)
+	case !d.lastLease.More && since < leasePace:
+		wait = leasePace - since
+	default:
+		return
+	}
+	d.timerSet = true
+	d.sel.AddFuture(workflow.NewTimer(d.ctx, wait), func(workflow.Future) {
+		d.timerSet = false
+		d.leaseDry = false
+	})
 }
 
-// perHost caps one host's URLs in a lease: enough to keep its concurrency
-// busy until the next lease, few enough to stay fair across hosts. A host
-// with a delay gets what it can fetch in about ten seconds.
-func (d *dispatcher) perHost() int {
-	p := d.spec.Politeness
-	if delay := p.MinDelay.D(); delay > 0 {
-		return max(1, min(d.spec.Dispatch.BatchSize, int(10*time.Second/delay)*p.MaxConcurrencyPerHost))
-	}
-	return min(d.spec.Dispatch.BatchSize, max(16, 8*p.MaxConcurrencyPerHost))
-}
-
-// dispatch routes leased groups by the ring and schedules one batch per
-// node (split at batch_size).
-func (d *dispatcher) dispatch(leaseID int64, groups []campaign.LeaseGroup, route int) {
-	byNode := map[string][]campaign.LeaseGroup{}
-	var unrouted []int64
-	for _, g := range groups {
-		owner, ok := d.route(g.ShardKey)
-		if !ok {
-			unrouted = append(unrouted, g.IDs...)
-			continue
-		}
-		byNode[owner] = append(byNode[owner], g)
-	}
-	for _, id := range d.order { // map read in sorted order: deterministic
-		gs := byNode[id]
-		var cur []campaign.LeaseGroup
-		size := 0
-		for _, g := range gs {
-			ids := g.IDs
-			for len(ids) > 0 {
-				take := min(len(ids), d.spec.Dispatch.BatchSize-size)
-				cur = append(cur, campaign.LeaseGroup{ShardKey: g.ShardKey, IDs: ids[:take]})
-				size += take
-				ids = ids[take:]
-				if size == d.spec.Dispatch.BatchSize {
-					d.schedule(&batch{node: id, leaseID: leaseID, groups: cur, size: size, route: route})
-					cur, size = nil, 0
-				}
-			}
-		}
-		if size > 0 {
-			d.schedule(&batch{node: id, leaseID: leaseID, groups: cur, size: size, route: route})
-		}
-	}
-	if len(unrouted) > 0 {
-		d.release(leaseID, unrouted, "no node to route to")
-	}
-}
-
-// route picks the node for a shard key: its ring owner, or, when every
-// node is out of the ring, a suspect one still alive rather than none.
-func (d *dispatcher) route(key string) (string, bool) {
-	if owner, ok := d.ring.Lookup(key); ok {
-		return owner, true
-	}
-	fallback := ring.New()
-	for _, id := range d.order {
-		if n := d.nodes[id]; n.health == suspect && !n.drain {
-			fallback.Set(id, 1)
-		}
-	}
-	return fallback.Lookup(key)
-}
-
-func (d *dispatcher) schedule(b *batch) {
+// schedule sends one batch to its node.
+func (d *dispatcher) schedule(leaseID int64, nb campaign.NodeBatch) {
 	d.batchSeq++
-	b.seq = d.batchSeq
+	b := &batch{seq: d.batchSeq, node: nb.Node, leaseID: leaseID, ids: nb.IDs()}
 	n := d.nodes[b.node]
 	n.inflight++
-	n.inflightN += b.size
+	n.inflightN += len(b.ids)
 	n.batchesSent++
-	d.inflight++
-	d.inflightN += b.size
+	d.open = append(d.open, b)
+	d.inflight += len(b.ids)
 	d.counters.Batches++
-	var ids []int64
-	for _, g := range b.groups {
-		ids = append(ids, g.IDs...)
-	}
-	disp := d.spec.Dispatch
-	actx := workflow.WithActivityOptions(d.ctx, workflow.ActivityOptions{
-		TaskQueue:              campaign.NodeQueue(b.node),
-		ScheduleToStartTimeout: disp.ScheduleToStartTimeout.D(),
-		StartToCloseTimeout:    time.Hour,
-		HeartbeatTimeout:       disp.HeartbeatTimeout.D(),
-		WaitForCancellation:    true,
-		Summary:                fmt.Sprintf("fetch %d URLs on %s", b.size, b.node),
-		// Retries are the workflow's: a timeout means the node is suspect
-		// and the batch moves on at once instead of waiting in the dead
-		// node's queue; other failures retry here with backoff.
+	var actx workflow.Context
+	actx, b.cancel = workflow.WithCancel(d.ctx)
+	actx = workflow.WithActivityOptions(actx, workflow.ActivityOptions{
+		TaskQueue: campaign.NodeQueue(b.node),
+		// No ScheduleToStart: a queue takes as long as it takes. A dead
+		// node is known by its registry heartbeat, and its batches are
+		// cancelled then (see applyMembership).
+		StartToCloseTimeout: time.Hour,
+		HeartbeatTimeout:    d.spec.Dispatch.HeartbeatTimeout.D(),
+		WaitForCancellation: true,
+		Summary:             fmt.Sprintf("fetch %d URLs on %s", len(b.ids), b.node),
+		// A batch that fails goes back to the frontier, not to the same
+		// node again: see batchDone.
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
 	req := campaign.FetchBatchRequest{
-		CampaignID: d.id, CampaignKey: d.key, LeaseID: b.leaseID, Node: b.node, IDs: ids, Route: b.route, Attempt: b.attempt,
+		CampaignID: d.id, CampaignKey: d.key, LeaseID: b.leaseID, Node: b.node, IDs: b.ids,
+		Seq: b.seq, HandBackAfter: campaign.Duration(handBackAfter),
 	}
 	f := workflow.ExecuteActivity(actx, campaign.FetchBatchActivity, req)
 	d.sel.AddFuture(f, func(f workflow.Future) { d.batchDone(b, f) })
 }
 
-const (
-	maxBatchAttempts = 6
-	maxRoutes        = 8
-)
-
 func (d *dispatcher) batchDone(b *batch, f workflow.Future) {
 	n := d.nodes[b.node]
+	for i, o := range d.open {
+		if o == b {
+			d.open = append(d.open[:i:i], d.open[i+1:]...)
+			break
+		}
+	}
 	// A draining node's last batch in makes it drained: a recorded change.
 	d.mutate(n, reasonDrainDone, func() {
 		n.inflight--
-		n.inflightN -= b.size
+		n.inflightN -= len(b.ids)
 	})
-	d.inflight--
-	d.inflightN -= b.size
+	d.inflight -= len(b.ids)
 	d.completions++
 	d.leaseDry = false
 
 	var res campaign.BatchResult
 	err := f.Get(d.ctx, &res)
-	if d.cancelled {
-		// Winding down: count what was done; what is left stays leased
-		// until its lease expires, for a restart of the campaign.
-		var p campaign.BatchResult
-		var canceledErr *temporal.CanceledError
-		if err == nil {
-			d.account(n, res)
-		} else if errors.As(err, &canceledErr) && canceledErr.HasDetails() && canceledErr.Details(&p) == nil {
-			d.account(n, p)
-		}
+	if err == nil {
+		d.account(n, res)
+		n.failures = 0
 		return
+	}
+	d.account(n, partial(err))
+	if d.cancelled {
+		return // winding down: what is left stays leased until its lease expires
 	}
 	var (
 		timeoutErr  *temporal.TimeoutError
-		appErr      *temporal.ApplicationError
 		canceledErr *temporal.CanceledError
 	)
 	switch {
-	case err == nil:
-		d.account(n, res)
-	case errors.As(err, &timeoutErr):
-		if timeoutErr.HasLastHeartbeatDetails() {
-			var p campaign.BatchResult
-			if timeoutErr.LastHeartbeatDetails(&p) == nil {
-				d.account(n, p)
-			}
-		}
-		d.log.Warn("batch timed out; rerouting", "node", b.node, "timeout", timeoutErr.TimeoutType().String(), "urls", b.size)
-		d.markSuspect(n)
-		d.reroute(b)
-	case errors.As(err, &canceledErr):
-		var p campaign.BatchResult
-		if canceledErr.HasDetails() && canceledErr.Details(&p) == nil {
-			d.account(n, p)
-		}
-	case errors.As(err, &appErr):
-		var p campaign.BatchResult
-		if appErr.HasDetails() && appErr.Details(&p) == nil {
-			d.account(n, p)
-		}
-		d.retry(b, err)
+	case errors.As(err, &timeoutErr), errors.As(err, &canceledErr):
+		// Its node died or was cut off: what no live node holds goes back
+		// now; what it still holds it may finish, and report late.
+		d.log.Warn("batch lost with its node; its URLs go back to the frontier", "node", b.node, "urls", len(b.ids), "error", err)
+		d.counters.Rerouted++
+		d.orphans = lastOrphans(append(d.orphans, campaign.OrphanBatch{Seq: b.seq, Node: b.node, LeaseID: b.leaseID}))
 	default:
-		d.retry(b, err)
+		// The node could not take it (Postgres away from it, say): back to
+		// the frontier, and the node gets nothing new for a while.
+		n.failures++
+		n.coolUntil = workflow.Now(d.ctx).Add(min(time.Second<<min(n.failures, 6), time.Minute))
+		d.log.Warn("batch failed; its URLs go back to the frontier", "node", b.node, "urls", len(b.ids), "error", err)
 	}
+	d.release(b.leaseID, b.ids)
+}
+
+// partial is what a failed batch settled, from its error's details.
+func partial(err error) campaign.BatchResult {
+	var (
+		p           campaign.BatchResult
+		timeoutErr  *temporal.TimeoutError
+		canceledErr *temporal.CanceledError
+		appErr      *temporal.ApplicationError
+	)
+	switch {
+	case errors.As(err, &timeoutErr) && timeoutErr.HasLastHeartbeatDetails():
+		_ = timeoutErr.LastHeartbeatDetails(&p)
+	case errors.As(err, &canceledErr) && canceledErr.HasDetails():
+		_ = canceledErr.Details(&p)
+	case errors.As(err, &appErr) && appErr.HasDetails():
+		_ = appErr.Details(&p)
+	}
+	return p
 }
 
 func (d *dispatcher) account(n *node, r campaign.BatchResult) {
@@ -521,81 +549,45 @@ func (d *dispatcher) account(n *node, r campaign.BatchResult) {
 	d.counters.Excluded += int64(r.Excluded)
 	d.counters.Discovered += int64(r.Discovered)
 	d.counters.Bytes += r.Bytes
-	n.fetched += int64(r.Fetched)
-	n.failed += int64(r.Failed)
-	n.observe(r)
+	if n != nil {
+		n.fetched += int64(r.Fetched)
+		n.failed += int64(r.Failed)
+		n.observe(r)
+	}
 }
 
-// reroute sends a batch whose node timed out to the shard keys' new owners.
-// The new batch claims only what the old one left unsettled.
-func (d *dispatcher) reroute(b *batch) {
-	if b.route+1 >= maxRoutes {
-		d.release(b.leaseID, flatten(b.groups), "rerouted too often")
-		return
-	}
-	d.counters.Rerouted++
-	d.dispatch(b.leaseID, b.groups, b.route+1)
-}
-
-// retry runs a failed batch again on its node after a backoff, or hands it
-// on if the node left the ring meanwhile.
-func (d *dispatcher) retry(b *batch, err error) {
-	if b.attempt+1 >= maxBatchAttempts {
-		d.log.Warn("batch failed too often; URLs go back to pending", "node", b.node, "error", err)
-		d.release(b.leaseID, flatten(b.groups), "batch failed")
-		return
-	}
-	d.log.Warn("batch failed; retrying", "node", b.node, "attempt", b.attempt+1, "error", err)
-	wait := time.Second << b.attempt
-	d.ops++ // the campaign is not done while its URLs wait here
-	d.sel.AddFuture(workflow.NewTimer(d.ctx, wait), func(workflow.Future) {
-		d.ops--
-		if d.cancelled {
+// report takes a late batch's result, sent by its node as a signal.
+func (d *dispatcher) report(r campaign.BatchReport) {
+	for i, o := range d.orphans {
+		if o.Seq == r.Seq {
+			d.orphans = append(d.orphans[:i:i], d.orphans[i+1:]...)
+			d.account(d.nodes[o.Node], r.Result)
+			d.leaseDry = false
 			return
 		}
-		next := &batch{node: b.node, leaseID: b.leaseID, groups: b.groups, size: b.size, route: b.route, attempt: b.attempt + 1}
-		if d.nodes[b.node].effectiveWeight() > 0 {
-			d.schedule(next)
-			return
-		}
-		d.dispatch(b.leaseID, b.groups, b.route+1)
-	})
+	}
+	// Not an orphan of this campaign (or reported twice): already counted.
 }
 
-// release returns leased URLs to pending through a local activity.
-func (d *dispatcher) release(leaseID int64, ids []int64, why string) {
-	d.log.Warn("releasing leased URLs", "urls", len(ids), "reason", why)
+// release returns leased URLs no live node holds to pending.
+func (d *dispatcher) release(leaseID int64, ids []int64) {
+	d.releaseWith(campaign.ReleaseRequest{CampaignKey: d.key, LeaseID: leaseID, IDs: ids}, "batch given up")
+}
+
+func (d *dispatcher) releaseWith(req campaign.ReleaseRequest, why string) {
 	d.ops++
-	f := workflow.ExecuteLocalActivity(d.localOptions(), campaign.ReleaseBatchActivity,
-		campaign.ReleaseRequest{CampaignKey: d.key, LeaseID: leaseID, IDs: ids})
+	f := workflow.ExecuteLocalActivity(d.localOptions(), campaign.ReleaseBatchActivity, req)
 	d.sel.AddFuture(f, func(f workflow.Future) {
 		d.ops--
 		d.leaseDry = false
-		if err := f.Get(d.ctx, nil); err != nil {
-			d.log.Warn("release failed; the lease will expire instead", "error", err)
+		var n int
+		if err := f.Get(d.ctx, &n); err != nil {
+			d.log.Warn("release failed; the lease will expire instead", "why", why, "error", err)
+			return
 		}
-	})
-}
-
-func flatten(groups []campaign.LeaseGroup) []int64 {
-	var ids []int64
-	for _, g := range groups {
-		ids = append(ids, g.IDs...)
-	}
-	return ids
-}
-
-// maybeWaitTimer sleeps until something is due when there is nothing to do
-// but wait: URLs in retry backoff or host cooldown, or leases to expire.
-func (d *dispatcher) maybeWaitTimer() {
-	if d.timerSet || !d.leaseDry || d.inflight > 0 || d.leasing || d.paused {
-		return
-	}
-	wait := min(max(d.lastLease.NextDue.D(), 100*time.Millisecond), 30*time.Second)
-	d.timerSet = true
-	d.sel.AddFuture(workflow.NewTimer(d.ctx, wait), func(workflow.Future) {
-		d.timerSet = false
-		d.leaseDry = false
+		if n > 0 {
+			d.log.Info("released leased URLs", "urls", n, "why", why)
+		}
 	})
 }
 

@@ -25,21 +25,31 @@ import (
 )
 
 // fakeCluster stands in for the activities: an in-memory frontier of
-// shard-keyed URLs and a registry of nodes. It records what the workflow
-// asked for, so tests check routing, not implementation details.
+// shard-keyed URLs, leased host by host with a quota in flight, and a
+// registry of nodes. It records what the workflow asked for, so tests
+// check routing and flow control, not implementation details.
 type fakeCluster struct {
 	mu       sync.Mutex
 	nodes    []campaign.NodeInfo
-	pending  []campaign.LeaseGroup // one ID per group keeps routing visible
+	hosts    []string           // shard keys, in lease order
+	pending  map[string][]int64 // per host
+	keyOf    map[int64]string
+	inflight map[string]int // per host: leased, not yet settled
+	batches  map[string]int // per node: produced, not yet completed
 	leaseID  int64
-	done     map[int64]bool
+	fetched  int64
 	fetches  []fetchCall
-	changes  []campaign.RingChange
-	finished *campaign.FinishRequest
+	releases []campaign.ReleaseRequest
+	leases   []campaign.LeaseHostsRequest
+	// leasedAfter are the lease requests made once release was called.
+	leasedAfter []campaign.LeaseHostsRequest
+	changes     []campaign.RingChange
+	finished    *campaign.FinishRequest
+	// window is the spec's window_per_node, to check against.
+	window     int
+	overWindow []string
 	// failFetch, if set, answers a fetch instead of doing it.
-	failFetch func(req campaign.FetchBatchRequest) error
-	// onFetch runs before each fetch is answered.
-	onFetch func(req campaign.FetchBatchRequest)
+	failFetch func(ctx context.Context, req campaign.FetchBatchRequest) error
 	// holdAfter, when > 0, stops leasing after that many URLs (answering
 	// "pending, due in a second") until release is called: a point in the
 	// middle of a campaign where a test acts, in workflow time.
@@ -48,8 +58,34 @@ type fakeCluster struct {
 	released  bool
 	// latency is each node's ms per request (default 10).
 	latency map[string]int64
-	// attrs are the search attributes StartCampaign says are registered.
-	attrs []string
+	attrs   []string
+}
+
+const quotaPerHost = 2
+
+type fetchCall struct {
+	node string
+	ids  []int64
+	seq  int64
+	ok   bool
+}
+
+func newFakeCluster(hosts, perHost int, nodes ...campaign.NodeInfo) *fakeCluster {
+	f := &fakeCluster{
+		nodes: nodes, pending: map[string][]int64{}, keyOf: map[int64]string{},
+		inflight: map[string]int{}, batches: map[string]int{}, window: 2,
+	}
+	id := int64(0)
+	for h := range hosts {
+		key := fmt.Sprintf("host-%d.test", h)
+		f.hosts = append(f.hosts, key)
+		for range perHost {
+			id++
+			f.pending[key] = append(f.pending[key], id)
+			f.keyOf[id] = key
+		}
+	}
+	return f
 }
 
 func (f *fakeCluster) release() {
@@ -58,106 +94,140 @@ func (f *fakeCluster) release() {
 	f.released = true
 }
 
-// midCampaign runs act at a point where the campaign has leased holdAfter
-// URLs and waits for more, then lets it go on.
-func midCampaign(env *testsuite.TestWorkflowEnvironment, f *fakeCluster, act func()) {
-	midCampaignFor(env, f, 100*time.Millisecond, act)
-}
-
-// midCampaignFor holds the campaign for hold after act.
-func midCampaignFor(env *testsuite.TestWorkflowEnvironment, f *fakeCluster, hold time.Duration, act func()) {
-	env.RegisterDelayedCallback(func() {
-		act()
-		env.RegisterDelayedCallback(f.release, hold)
-	}, 500*time.Millisecond)
-}
-
-type fetchCall struct {
-	node  string
-	ids   []int64
-	route int
-	ok    bool
-}
-
-func newFakeCluster(hosts, perHost int, nodes ...campaign.NodeInfo) *fakeCluster {
-	f := &fakeCluster{nodes: nodes, done: map[int64]bool{}}
-	id := int64(0)
-	for h := range hosts {
-		for range perHost {
-			id++
-			f.pending = append(f.pending, campaign.LeaseGroup{ShardKey: fmt.Sprintf("host-%d.test", h), IDs: []int64{id}})
+func (f *fakeCluster) lease(req campaign.LeaseHostsRequest) campaign.HostLease {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.leases = append(f.leases, req)
+	if f.released {
+		f.leasedAfter = append(f.leasedAfter, req)
+	}
+	f.leaseID++
+	lease := campaign.HostLease{LeaseID: f.leaseID}
+	left := 0
+	for _, q := range f.pending {
+		left += len(q)
+	}
+	held := f.holdAfter > 0 && f.leased >= f.holdAfter && !f.released
+	if held || left == 0 {
+		lease.Pending = int64(left)
+		for _, n := range f.inflight {
+			lease.LeasedElsewhere += int64(n)
+		}
+		if held {
+			lease.NextDue = campaign.Duration(time.Second)
+		}
+		return lease
+	}
+	var members []ring.Node
+	room := map[string]int{}
+	for _, n := range req.Nodes {
+		members = append(members, ring.Node{ID: n.ID, Weight: n.Weight})
+		room[n.ID] = n.Batches
+		if f.batches[n.ID]+n.Batches > f.window {
+			f.overWindow = append(f.overWindow, fmt.Sprintf("%s: %d in flight, room %d asked", n.ID, f.batches[n.ID], n.Batches))
 		}
 	}
-	return f
-}
-
-func (f *fakeCluster) keyOf(id int64) string {
-	for _, g := range f.all() {
-		if g.IDs[0] == id {
-			return g.ShardKey
+	r := ring.New(members...)
+	byNode := map[string]*campaign.NodeBatch{}
+	for _, key := range f.hosts {
+		owner, ok := r.Lookup(key)
+		if !ok || room[owner] == 0 || f.inflight[key] >= quotaPerHost {
+			continue
+		}
+		b := byNode[owner]
+		if b == nil {
+			b = &campaign.NodeBatch{Node: owner}
+			byNode[owner] = b
+		}
+		if b.Size() >= req.BatchSize {
+			continue
+		}
+		q := f.pending[key]
+		take := min(len(q), quotaPerHost-f.inflight[key], req.BatchSize-b.Size())
+		if f.holdAfter > 0 && !f.released {
+			take = min(take, f.holdAfter-f.leased)
+		}
+		if take <= 0 {
+			continue
+		}
+		b.Groups = append(b.Groups, campaign.LeaseGroup{ShardKey: key, IDs: slices.Clone(q[:take])})
+		f.pending[key] = q[take:]
+		f.inflight[key] += take
+		f.leased += take
+	}
+	for _, n := range req.Nodes {
+		if b := byNode[n.ID]; b != nil && b.Size() > 0 {
+			lease.Batches = append(lease.Batches, *b)
+			f.batches[n.ID]++
 		}
 	}
-	return ""
+	if lease.Size() == 0 {
+		lease.Pending = int64(left)
+		lease.NextDue = campaign.Duration(100 * time.Millisecond)
+		for _, n := range f.inflight {
+			lease.LeasedElsewhere += int64(n)
+		}
+	}
+	return lease
 }
 
-func (f *fakeCluster) all() []campaign.LeaseGroup { return f.pending }
+// settle marks a batch's URLs done (or, back, returned to pending).
+func (f *fakeCluster) settle(node string, ids []int64, back bool) {
+	f.batches[node]--
+	for _, id := range ids {
+		key := f.keyOf[id]
+		f.inflight[key]--
+		if back {
+			f.pending[key] = append(f.pending[key], id)
+		} else {
+			f.fetched++
+		}
+	}
+}
 
 func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 	reg := func(fn any, name string) { env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name}) }
 	reg(func(_ context.Context, req campaign.StartRequest) (campaign.StartResult, error) {
 		return campaign.StartResult{CampaignKey: 42, SeedsInserted: len(req.Spec.Seeds), SearchAttributes: f.attrs}, nil
 	}, campaign.StartCampaignActivity)
-	reg(func(_ context.Context, req campaign.LeaseRequest) (campaign.Lease, error) {
+	reg(func(_ context.Context, req campaign.LeaseHostsRequest) (campaign.HostLease, error) {
+		return f.lease(req), nil
+	}, campaign.LeaseHostsActivity)
+	reg(func(ctx context.Context, req campaign.FetchBatchRequest) (campaign.BatchResult, error) {
 		f.mu.Lock()
-		defer f.mu.Unlock()
-		f.leaseID++
-		lease := campaign.Lease{LeaseID: f.leaseID}
-		if f.holdAfter > 0 && f.leased >= f.holdAfter && !f.released {
-			lease.Pending, lease.NextDue = 1, campaign.Duration(time.Second)
-			return lease, nil
-		}
-		byKey := map[string]int{}
-		for _, g := range f.pending {
-			id := g.IDs[0]
-			if f.done[id] || lease.Size() >= req.Limit || (f.holdAfter > 0 && !f.released && f.leased >= f.holdAfter) {
-				continue
-			}
-			f.leased++
-			f.done[id] = true // leased: a fake lease never expires
-			i, ok := byKey[g.ShardKey]
-			if !ok {
-				i = len(lease.Groups)
-				byKey[g.ShardKey] = i
-				lease.Groups = append(lease.Groups, campaign.LeaseGroup{ShardKey: g.ShardKey})
-			}
-			lease.Groups[i].IDs = append(lease.Groups[i].IDs, id)
-		}
-		return lease, nil
-	}, campaign.LeaseBatchActivity)
-	reg(func(_ context.Context, req campaign.FetchBatchRequest) (campaign.BatchResult, error) {
-		f.mu.Lock()
-		f.fetches = append(f.fetches, fetchCall{node: req.Node, ids: slices.Clone(req.IDs), route: req.Route})
+		f.fetches = append(f.fetches, fetchCall{node: req.Node, ids: slices.Clone(req.IDs), seq: req.Seq})
 		call := len(f.fetches) - 1
-		fail, hook := f.failFetch, f.onFetch
+		fail := f.failFetch
 		f.mu.Unlock()
-		if hook != nil {
-			hook(req)
-		}
 		if fail != nil {
-			if err := fail(req); err != nil {
+			if err := fail(ctx, req); err != nil {
+				f.mu.Lock()
+				f.batches[req.Node]-- // the workflow gives it up and releases its URLs
+				f.mu.Unlock()
 				return campaign.BatchResult{}, err
 			}
 		}
 		f.mu.Lock()
+		defer f.mu.Unlock()
 		f.fetches[call].ok = true
+		f.settle(req.Node, req.IDs, false)
 		perRequest := f.latency[req.Node]
-		f.mu.Unlock()
 		if perRequest == 0 {
 			perRequest = 10
 		}
 		return campaign.BatchResult{Fetched: len(req.IDs), Requests: len(req.IDs), RequestMillis: perRequest * int64(len(req.IDs))}, nil
 	}, campaign.FetchBatchActivity)
-	reg(func(_ context.Context, req campaign.ReleaseRequest) (int, error) { return len(req.IDs), nil }, campaign.ReleaseBatchActivity)
+	reg(func(_ context.Context, req campaign.ReleaseRequest) (int, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.releases = append(f.releases, req)
+		for _, id := range req.IDs {
+			key := f.keyOf[id]
+			f.inflight[key]--
+			f.pending[key] = append(f.pending[key], id)
+		}
+		return len(req.IDs), nil
+	}, campaign.ReleaseBatchActivity)
 	reg(func(_ context.Context, req campaign.MembershipRequest) ([]campaign.NodeInfo, error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -173,13 +243,7 @@ func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.finished = &req
-		n := int64(0)
-		for _, c := range f.fetches {
-			if c.ok {
-				n += int64(len(c.ids))
-			}
-		}
-		return campaign.Summary{Outcome: req.Outcome, Fetched: n}, nil
+		return campaign.Summary{Outcome: req.Outcome, Fetched: f.fetched}, nil
 	}, campaign.FinishCampaignActivity)
 }
 
@@ -217,146 +281,25 @@ func run(t *testing.T, env *testsuite.TestWorkflowEnvironment, spec campaign.Spe
 	return sum
 }
 
-func TestRoutesEveryHostToItsRingOwner(t *testing.T) {
-	f := newFakeCluster(12, 5, alive("a", 1), alive("b", 1), alive("c", 2))
-	env := newEnv(t, f)
-	sum := run(t, env, testSpec())
-	if sum.Fetched != 60 || f.finished == nil || f.finished.Outcome != campaign.OutcomeCompleted {
-		t.Fatalf("summary %+v finish %+v; want all 60 fetched and completed", sum, f.finished)
-	}
-	r := ring.New(ring.Node{ID: "a", Weight: 1}, ring.Node{ID: "b", Weight: 1}, ring.Node{ID: "c", Weight: 2})
-	for _, c := range f.fetches {
-		if len(c.ids) > 10 {
-			t.Errorf("batch of %d URLs, batch_size is 10", len(c.ids))
-		}
-		for _, id := range c.ids {
-			if owner, _ := r.Lookup(f.keyOf(id)); owner != c.node {
-				t.Errorf("URL %d of %s went to %s, ring owner %s", id, f.keyOf(id), c.node, owner)
+// offeredTo says whether any of the lease requests offered node room.
+func offeredTo(reqs []campaign.LeaseHostsRequest, node string) bool {
+	for _, r := range reqs {
+		for _, n := range r.Nodes {
+			if n.ID == node {
+				return true
 			}
 		}
 	}
-	// The first membership refresh records the campaign's ring.
-	if len(f.changes) != 3 || f.changes[0].Reason != reasonJoined {
-		t.Errorf("ring changes %+v, want three joins", f.changes)
-	}
+	return false
 }
 
-// TestReroutesBatchOfTimedOutNode mocks the ScheduleToStart timeout the SDK
-// test environment never fires: the batch must move to the next node on the
-// ring for each of its hosts, and the node must leave the ring.
-func TestReroutesBatchOfTimedOutNode(t *testing.T) {
-	f := newFakeCluster(12, 3, alive("a", 1), alive("b", 1), alive("c", 1))
-	var deadBatches [][]int64
-	f.failFetch = func(req campaign.FetchBatchRequest) error {
-		if req.Node == "b" {
-			f.mu.Lock()
-			deadBatches = append(deadBatches, req.IDs)
-			f.mu.Unlock()
-			return temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START, nil)
-		}
-		return nil
-	}
-	env := newEnv(t, f)
-	sum := run(t, env, testSpec())
-	if sum.Fetched != 36 {
-		t.Fatalf("fetched %d of 36", sum.Fetched)
-	}
-	if len(deadBatches) == 0 {
-		t.Fatal("no batch went to b; pick a layout where b owns hosts")
-	}
-	full := ring.New(ring.Node{ID: "a", Weight: 1}, ring.Node{ID: "b", Weight: 1}, ring.Node{ID: "c", Weight: 1})
-	rerouted := 0
-	for _, c := range f.fetches {
-		if c.node == "b" {
-			continue
-		}
-		for _, id := range c.ids {
-			key := f.keyOf(id)
-			if owner, _ := full.Lookup(key); owner == "b" {
-				if next, _ := full.Next(key, "b"); next != c.node {
-					t.Errorf("%s (owner b) went to %s, want b's successor %s", key, c.node, next)
-				}
-				rerouted++
-			}
-		}
-	}
-	if rerouted == 0 {
-		t.Fatal("none of b's URLs were fetched elsewhere")
-	}
-	var suspected bool
-	for _, ch := range f.changes {
-		suspected = suspected || (ch.Node == "b" && ch.NewState == campaign.NodeSuspect && ch.NewWeight == 0)
-	}
-	if !suspected {
-		t.Errorf("no ring change took b out: %+v", f.changes)
-	}
-	// Only the first batch ever sent to b timed out; later ones avoided it.
-	if len(deadBatches) > 2 {
-		t.Errorf("%d batches sent to b after it timed out", len(deadBatches)-1)
-	}
-}
-
-// TestHeartbeatTimeoutReroutesWholeBatch: a batch whose node stops
-// heartbeating moves on whole; claiming in the store skips what the first
-// holder settled.
-func TestHeartbeatTimeoutReroutesWholeBatch(t *testing.T) {
-	f := newFakeCluster(1, 4, alive("a", 1), alive("b", 1))
-	var once sync.Once
-	f.failFetch = func(req campaign.FetchBatchRequest) error {
-		var err error
-		once.Do(func() {
-			err = temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil, campaign.BatchResult{Fetched: 1})
-		})
-		return err
-	}
-	env := newEnv(t, f)
-	run(t, env, testSpec())
-	if len(f.fetches) != 2 || f.fetches[1].route != 1 || len(f.fetches[1].ids) != 4 {
-		t.Fatalf("fetches %+v, want the batch rerouted once with all its IDs", f.fetches)
-	}
-}
-
-func TestDrainedNodeGetsNoNewBatches(t *testing.T) {
-	f := newFakeCluster(20, 8, alive("a", 1), alive("b", 1), alive("c", 1))
-	f.holdAfter = 40
-	env := newEnv(t, f)
-	var sentBefore int
-	drain := &updateCallbacks{}
-	midCampaign(env, f, func() {
-		env.UpdateWorkflow(campaign.Drain, "drain-1", drain, campaign.NodeRequest{Node: "c"})
-		f.mu.Lock()
-		sentBefore = len(f.fetches)
-		f.mu.Unlock()
-	})
-	run(t, env, testSpec())
-	if drain.rejected != nil || drain.result.State != campaign.NodeDrained {
-		t.Fatalf("drain answered %+v (%v), want c drained (nothing was in flight)", drain.result, drain.rejected)
-	}
-	for _, c := range f.fetches[:sentBefore] {
-		if c.node == "c" {
-			goto cHadWork
-		}
-	}
-	t.Fatal("c got no batch before the drain; the test proves nothing")
-cHadWork:
-	if len(f.fetches) == sentBefore {
-		t.Fatal("no batches after the drain")
-	}
-	for _, c := range f.fetches[sentBefore:] {
-		if c.node == "c" {
-			t.Fatalf("drained node c got a batch after the drain")
-		}
-	}
-	if drain.result.BatchesSent != countFor(f.fetches, "c") {
-		t.Errorf("c had %d batches at the drain and %d in all", drain.result.BatchesSent, countFor(f.fetches, "c"))
-	}
-	found := false
-	for _, ch := range f.changes {
-		found = found || (ch.Node == "c" && ch.NewState == campaign.NodeDrained && ch.Reason == "signal drain")
-	}
-	if !found {
-		t.Errorf("no history row for the drain: %+v", f.changes)
-	}
+// midCampaignFor runs act at a point where the campaign has leased
+// holdAfter URLs and waits for more, and lets it go on after hold.
+func midCampaignFor(env *testsuite.TestWorkflowEnvironment, f *fakeCluster, hold time.Duration, act func()) {
+	env.RegisterDelayedCallback(func() {
+		act()
+		env.RegisterDelayedCallback(f.release, hold)
+	}, 500*time.Millisecond)
 }
 
 func countFor(calls []fetchCall, node string) int64 {
@@ -369,32 +312,241 @@ func countFor(calls []fetchCall, node string) int64 {
 	return n
 }
 
-func TestReweightMovesHosts(t *testing.T) {
+func TestRoutesEveryHostToItsRingOwnerWithinTheWindow(t *testing.T) {
+	f := newFakeCluster(12, 5, alive("a", 1), alive("b", 1), alive("c", 2))
+	env := newEnv(t, f)
+	sum := run(t, env, testSpec())
+	if sum.Fetched != 60 || f.finished == nil || f.finished.Outcome != campaign.OutcomeCompleted {
+		t.Fatalf("summary %+v finish %+v; want all 60 fetched and completed", sum, f.finished)
+	}
+	r := ring.New(ring.Node{ID: "a", Weight: 1}, ring.Node{ID: "b", Weight: 1}, ring.Node{ID: "c", Weight: 2})
+	for _, c := range f.fetches {
+		for _, id := range c.ids {
+			if owner, _ := r.Lookup(f.keyOf[id]); owner != c.node {
+				t.Errorf("URL %d of %s went to %s, ring owner %s", id, f.keyOf[id], c.node, owner)
+			}
+		}
+	}
+	if len(f.overWindow) > 0 {
+		t.Errorf("leases asked past the window of 2 batches per node: %v", f.overWindow)
+	}
+	for _, l := range f.leases {
+		if time.Duration(l.Horizon) != Horizon || l.BatchSize != 10 {
+			t.Fatalf("lease request %+v, want the horizon and batch size", l)
+		}
+	}
+	if len(f.changes) != 3 || f.changes[0].Reason != reasonJoined {
+		t.Errorf("ring changes %+v, want three joins", f.changes)
+	}
+}
+
+// TestBusyIsNotDead: a batch that times out (its heartbeats stopped) goes
+// back to the frontier, but its node is not marked suspect and keeps its
+// hosts: only the registry says a node is dead. The SDK test environment
+// never fires timeouts itself, so the activity returns one.
+func TestBusyIsNotDead(t *testing.T) {
+	f := newFakeCluster(6, 3, alive("a", 1), alive("b", 1))
+	var once sync.Once
+	f.failFetch = func(ctx context.Context, req campaign.FetchBatchRequest) error {
+		var err error
+		once.Do(func() {
+			err = temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil, campaign.BatchResult{Fetched: 0})
+		})
+		return err
+	}
+	env := newEnv(t, f)
+	sum := run(t, env, testSpec())
+	if sum.Fetched != 18 {
+		t.Fatalf("fetched %d of 18", sum.Fetched)
+	}
+	if len(f.releases) != 1 || len(f.releases[0].IDs) == 0 {
+		t.Fatalf("releases %+v, want the timed-out batch's URLs released once", f.releases)
+	}
+	for _, ch := range f.changes {
+		if ch.NewState != campaign.NodeActive {
+			t.Errorf("ring change %+v: a timeout must not take a node out of the ring", ch)
+		}
+	}
+	timedOut := f.fetches[slices.IndexFunc(f.fetches, func(c fetchCall) bool { return !c.ok })]
+	for _, c := range f.fetches {
+		if c.ok && c.node != timedOut.node && slices.ContainsFunc(c.ids, func(id int64) bool { return slices.Contains(timedOut.ids, id) }) {
+			t.Fatalf("URLs of the timed-out batch on %s were moved to %s: its hosts must stay", timedOut.node, c.node)
+		}
+	}
+}
+
+// TestDeadNodesBatchesMove: a node whose registry heartbeat expires loses
+// its batches (cancelled; their URLs released) and its hosts, and a new
+// node joins; both recorded.
+func TestDeadNodesBatchesMove(t *testing.T) {
 	f := newFakeCluster(30, 4, alive("a", 1), alive("b", 1))
+	f.holdAfter = 40
+	var hung sync.Once
+	var hungIDs []int64
+	f.failFetch = func(ctx context.Context, req campaign.FetchBatchRequest) error {
+		wait := false
+		if req.Node == "b" {
+			hung.Do(func() { wait, hungIDs = true, req.IDs })
+		}
+		if wait { // b dies with this batch: it answers only the cancellation
+			<-ctx.Done()
+			return temporal.NewCanceledError()
+		}
+		return nil
+	}
+	env := newEnv(t, f)
+	var sentBefore int
+	midCampaignFor(env, f, 3*time.Second, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.nodes = []campaign.NodeInfo{alive("a", 1), {ID: "b", Weight: 1, Incarnation: "b-1"}, alive("d", 3)}
+		sentBefore = len(f.fetches)
+	})
+	spec := testSpec()
+	spec.Dispatch.MembershipRefresh = campaign.Duration(time.Second)
+	run(t, env, spec)
+	if offeredTo(f.leasedAfter, "b") || !offeredTo(f.leasedAfter, "d") || countFor(f.fetches[sentBefore:], "d") == 0 {
+		t.Fatalf("after the refresh the leases offered room to b %v and d %v; want only d", offeredTo(f.leasedAfter, "b"), offeredTo(f.leasedAfter, "d"))
+	}
+	if f.fetched != 120 {
+		t.Fatalf("fetched %d of 120", f.fetched)
+	}
+	released := false
+	for _, r := range f.releases {
+		released = released || slices.Equal(r.IDs, hungIDs)
+	}
+	if !released {
+		t.Fatalf("releases %+v: the dead node's batch %v was not released", f.releases, hungIDs)
+	}
+	var died, joined bool
+	for _, ch := range f.changes {
+		died = died || (ch.Node == "b" && ch.NewState == campaign.NodeDead && ch.Reason == reasonDied)
+		joined = joined || (ch.Node == "d" && ch.NewWeight == 3 && ch.Reason == reasonJoined)
+	}
+	if !died || !joined {
+		t.Errorf("ring changes %+v: want b died and d joined", f.changes)
+	}
+}
+
+// TestContinueAsNewDoesNotWaitForBatches: batches in flight at
+// continue-as-new are handed on as orphans, not awaited; the next run
+// releases what no node picked up and counts their late reports.
+func TestContinueAsNewDoesNotWaitForBatches(t *testing.T) {
+	f := newFakeCluster(4, 6, alive("a", 1), alive("b", 2))
+	block := make(chan struct{})
+	t.Cleanup(func() { close(block) })
+	var blocked sync.Once
+	f.failFetch = func(ctx context.Context, req campaign.FetchBatchRequest) error {
+		wait := false
+		blocked.Do(func() { wait = true })
+		if wait {
+			select { // still running when the run continues as new
+			case <-block:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	}
+	env := newEnv(t, f)
+	env.RegisterDelayedCallback(func() { env.SetContinueAsNewSuggested(true) }, time.Second)
+	env.ExecuteWorkflow(campaign.WorkflowType, testSpec())
+	var can *workflow.ContinueAsNewError
+	if err := env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("error %v, want continue-as-new", err)
+	}
+	var spec campaign.Spec
+	var carry *campaign.Carry
+	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &spec, &carry); err != nil {
+		t.Fatal(err)
+	}
+	if carry.CampaignKey != 42 || carry.Run != 1 || len(carry.Nodes) != 2 || len(carry.Orphans) == 0 || carry.BatchSeq == 0 {
+		t.Fatalf("carry %+v, want key 42, run 1, both nodes and the batch in flight as an orphan", carry)
+	}
+
+	// The next run releases the orphans' unclaimed URLs and takes their
+	// late reports, each once.
+	f2 := newFakeCluster(1, 4, alive("a", 1), alive("b", 2))
+	f2.holdAfter = 1
+	env2 := newEnv(t, f2)
+	orphan := carry.Orphans[0]
+	late := campaign.BatchReport{Seq: orphan.Seq, Node: orphan.Node, Result: campaign.BatchResult{Fetched: 5}}
+	var status campaign.Status
+	midCampaignFor(env2, f2, time.Second, func() {
+		env2.SignalWorkflow(campaign.BatchReportSignal, late)
+		env2.SignalWorkflow(campaign.BatchReportSignal, late)
+		env2.SignalWorkflow(campaign.BatchReportSignal, campaign.BatchReport{Seq: 9999, Node: "a", Result: campaign.BatchResult{Fetched: 7}})
+		env2.RegisterDelayedCallback(func() {
+			v, err := env2.QueryWorkflow(campaign.StatusQuery)
+			if err == nil {
+				err = v.Get(&status)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}, 100*time.Millisecond)
+	})
+	env2.ExecuteWorkflow(campaign.WorkflowType, spec, carry)
+	if err := env2.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if len(f2.releases) == 0 || !slices.Contains(f2.releases[0].Leases, orphan.LeaseID) {
+		t.Fatalf("releases %+v, want the orphans' leases released first", f2.releases)
+	}
+	if want := carry.Counters.Fetched + 1 + 5; status.Counters.Fetched != want {
+		t.Fatalf("fetched %d after the late report, want %d (the report counted once, an unknown one not at all)", status.Counters.Fetched, want)
+	}
+}
+
+// TestRunsStartedBeforeHostFlowStayLegacy: a run whose history predates
+// the host-aware dispatcher replays under the v0.1.0 code (it leases with
+// LeaseBatch).
+func TestRunsStartedBeforeHostFlowStayLegacy(t *testing.T) {
+	f := newFakeCluster(1, 1, alive("a", 1))
+	env := newEnv(t, f)
+	env.OnGetVersion(hostFlowChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	legacyLeases := 0
+	env.RegisterActivityWithOptions(func(_ context.Context, req campaign.LeaseRequest) (campaign.Lease, error) {
+		legacyLeases++
+		return campaign.Lease{LeaseID: 1}, nil
+	}, activity.RegisterOptions{Name: campaign.LeaseBatchActivity})
+	env.ExecuteWorkflow(campaign.WorkflowType, testSpec())
+	var can *workflow.ContinueAsNewError
+	if err := env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("error %v: a v0.1.0 run on a newer worker must continue as new into the current dispatcher", err)
+	}
+	if len(f.leases) != 0 {
+		t.Fatal("a legacy run leased with LeaseHosts")
+	}
+}
+
+func TestReweightAndDrainMoveHosts(t *testing.T) {
+	f := newFakeCluster(30, 4, alive("a", 1), alive("b", 1), alive("c", 1))
 	f.holdAfter = 40
 	env := newEnv(t, f)
 	var sentBefore int
-	rw := &updateCallbacks{}
-	midCampaign(env, f, func() {
+	rw, drain := &updateCallbacks{}, &updateCallbacks{}
+	midCampaignFor(env, f, 100*time.Millisecond, func() {
 		env.UpdateWorkflow(campaign.Reweight, "rw-1", rw, campaign.ReweightRequest{Node: "a", Weight: new(0.0)})
+		env.UpdateWorkflow(campaign.Drain, "drain-1", drain, campaign.NodeRequest{Node: "c"})
 		sentBefore = len(f.fetches)
 	})
 	run(t, env, testSpec())
-	if rw.rejected != nil || len(f.fetches) == sentBefore {
-		t.Fatalf("reweight %v; %d batches after it", rw.rejected, len(f.fetches)-sentBefore)
+	if rw.rejected != nil || drain.rejected != nil || len(f.fetches) == sentBefore {
+		t.Fatalf("reweight %v drain %v; %d batches after", rw.rejected, drain.rejected, len(f.fetches)-sentBefore)
 	}
-	if countFor(f.fetches[:sentBefore], "a") == 0 {
-		t.Fatal("a had no batches before the reweight; the test proves nothing")
+	if countFor(f.fetches[:sentBefore], "a") == 0 || countFor(f.fetches[:sentBefore], "c") == 0 {
+		t.Fatal("a or c had no batches before; the test proves nothing")
 	}
-	if countFor(f.fetches[sentBefore:], "a") != 0 {
-		t.Fatal("node a at weight 0 got batches after the reweight")
+	if offeredTo(f.leasedAfter, "a") || offeredTo(f.leasedAfter, "c") || len(f.leasedAfter) == 0 {
+		t.Fatal("a at weight 0 or drained c was offered batches after the change")
 	}
-	found := false
+	var reweighted, drained bool
 	for _, ch := range f.changes {
-		found = found || (ch.Node == "a" && ch.OldWeight == 1 && ch.NewWeight == 0 && ch.Reason == "signal reweight")
+		reweighted = reweighted || (ch.Node == "a" && ch.OldWeight == 1 && ch.NewWeight == 0 && ch.Reason == "signal reweight")
+		drained = drained || (ch.Node == "c" && ch.NewState == campaign.NodeDrained)
 	}
-	if !found {
-		t.Errorf("no history row for the reweight: %+v", f.changes)
+	if !reweighted || !drained {
+		t.Errorf("history rows %+v, want the reweight and the drain", f.changes)
 	}
 }
 
@@ -418,11 +570,10 @@ func TestUnknownNodeIsRejectedAndCampaignUnharmed(t *testing.T) {
 	f := newFakeCluster(3, 3, alive("a", 1))
 	f.holdAfter = 3
 	env := newEnv(t, f)
-	ghost, noWeight := &updateCallbacks{}, &updateCallbacks{}
+	ghost := &updateCallbacks{}
 	var status campaign.Status
-	midCampaign(env, f, func() {
+	midCampaignFor(env, f, 100*time.Millisecond, func() {
 		env.UpdateWorkflow(campaign.Reweight, "rw", ghost, campaign.ReweightRequest{Node: "ghost", Weight: new(2.0)})
-		env.UpdateWorkflow(campaign.Reweight, "rw2", noWeight, campaign.ReweightRequest{Node: "a"})
 		env.SignalWorkflow(campaign.Drain, campaign.NodeRequest{Node: "ghost"})
 		env.RegisterDelayedCallback(func() {
 			v, err := env.QueryWorkflow(campaign.StatusQuery)
@@ -438,9 +589,6 @@ func TestUnknownNodeIsRejectedAndCampaignUnharmed(t *testing.T) {
 	if ghost.rejected == nil || !strings.Contains(ghost.rejected.Error(), `node: unknown node "ghost"`) {
 		t.Errorf("unknown node update: %v", ghost.rejected)
 	}
-	if noWeight.rejected == nil || !strings.Contains(noWeight.rejected.Error(), "weight: is required") {
-		t.Errorf("missing weight update: %v", noWeight.rejected)
-	}
 	if len(status.Rejected) != 1 || !strings.Contains(status.Rejected[0], `unknown node "ghost"`) {
 		t.Errorf("status.rejected = %q, want the drain signal", status.Rejected)
 	}
@@ -455,7 +603,7 @@ func TestInvalidSpecFailsNamingTheField(t *testing.T) {
 	env.ExecuteWorkflow(campaign.WorkflowType, campaign.Spec{Limits: campaign.Limits{MaxPages: -1}})
 	err := env.GetWorkflowError()
 	var appErr *temporal.ApplicationError
-	if !errors.As(err, &appErr) || appErr.Type() != "InvalidSpec" || appErr.NonRetryable() == false {
+	if !errors.As(err, &appErr) || appErr.Type() != "InvalidSpec" || !appErr.NonRetryable() {
 		t.Fatalf("error %v, want a non-retryable InvalidSpec", err)
 	}
 	for _, field := range []string{"spec.seeds", "spec.limits.max_pages"} {
@@ -465,74 +613,18 @@ func TestInvalidSpecFailsNamingTheField(t *testing.T) {
 	}
 }
 
-func TestContinuesAsNewWhenSuggested(t *testing.T) {
-	f := newFakeCluster(4, 4, alive("a", 1), alive("b", 2))
-	f.holdAfter = 8
-	env := newEnv(t, f)
-	midCampaign(env, f, func() { env.SetContinueAsNewSuggested(true) })
-	env.ExecuteWorkflow(campaign.WorkflowType, testSpec())
-	var can *workflow.ContinueAsNewError
-	if err := env.GetWorkflowError(); !errors.As(err, &can) {
-		t.Fatalf("error %v, want continue-as-new", err)
-	}
-	var carry *campaign.Carry
-	if err := envDecode(can, &carry); err != nil {
-		t.Fatal(err)
-	}
-	if carry.CampaignKey != 42 || carry.Run != 1 || len(carry.Nodes) != 2 || carry.Nodes[1].Weight != 2 ||
-		carry.Counters.Fetched != 8 {
-		t.Fatalf("carry %+v, want key 42, run 1, both nodes and the 8 URLs fetched", carry)
-	}
-}
-
-// envDecode reads the second argument (the carry) of a continue-as-new.
-func envDecode(can *workflow.ContinueAsNewError, carry **campaign.Carry) error {
-	var spec campaign.Spec
-	return converterFor().FromPayloads(can.Input, &spec, carry)
-}
-
+// TestMaxPagesEndsWithRestExcluded: the campaign ends at its page budget
+// only when nothing but URLs it would not admit is left.
 func TestMaxPagesEndsWithRestExcluded(t *testing.T) {
 	f := newFakeCluster(2, 2, alive("a", 1))
 	env := newEnv(t, f)
-	env.OnActivity(campaign.LeaseBatchActivity, mockAny, mockAny).Return(campaign.Lease{LeaseID: 1, BudgetExhausted: true}, nil)
+	env.OnActivity(campaign.LeaseHostsActivity, mockAny, mockAny).Return(
+		campaign.HostLease{LeaseID: 1, Pending: 3, BudgetExhausted: true}, nil)
 	spec := testSpec()
 	spec.Limits.MaxPages = 10
 	run(t, env, spec)
 	if f.finished == nil || f.finished.ExcludeRest != ExcludedAtLimit {
 		t.Fatalf("finish %+v, want the rest excluded at the page limit", f.finished)
-	}
-}
-
-var mockAny = mock.Anything
-
-func converterFor() converter.DataConverter { return converter.GetDefaultDataConverter() }
-
-// TestMembershipMovesHostsOfDeadAndNewNodes: a node whose registry
-// heartbeat expires leaves the ring, a new one joins, both recorded.
-func TestMembershipMovesHostsOfDeadAndNewNodes(t *testing.T) {
-	f := newFakeCluster(30, 4, alive("a", 1), alive("b", 1))
-	f.holdAfter = 40
-	env := newEnv(t, f)
-	var sentBefore int
-	// Held past one membership refresh (10s by default).
-	midCampaignFor(env, f, 11*time.Second, func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		f.nodes = []campaign.NodeInfo{alive("a", 1), {ID: "b", Weight: 1, Incarnation: "b-1"}, alive("d", 3)}
-		sentBefore = len(f.fetches)
-	})
-	run(t, env, testSpec())
-	after := f.fetches[sentBefore:]
-	if countFor(after, "b") != 0 || countFor(after, "d") == 0 {
-		t.Fatalf("after the refresh b got %d batches and d %d; want none and some", countFor(after, "b"), countFor(after, "d"))
-	}
-	var died, joined bool
-	for _, ch := range f.changes {
-		died = died || (ch.Node == "b" && ch.NewState == campaign.NodeDead && ch.Reason == reasonDied)
-		joined = joined || (ch.Node == "d" && ch.NewWeight == 3 && ch.Reason == reasonJoined)
-	}
-	if !died || !joined {
-		t.Errorf("ring changes %+v: want b died and d joined", f.changes)
 	}
 }
 
@@ -571,3 +663,5 @@ func TestAdaptiveWeightsFavourFastNodes(t *testing.T) {
 		}
 	}
 }
+
+var mockAny = mock.Anything

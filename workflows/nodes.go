@@ -4,17 +4,19 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/spiderpool/spiderpool/campaign"
 )
 
-// Node health, as the campaign judges it.
+// Node health comes from the node registry only: a node's own heartbeat,
+// which it renews while it reaches Postgres and Temporal. How long a
+// node's queue takes, or how busy it is, never makes it dead.
 const (
 	healthy = "ok"
-	suspect = "suspect" // a batch timed out on it
-	dead    = "dead"    // the registry says so
+	dead    = "dead" // the registry says so
 )
 
 type node struct {
@@ -24,16 +26,40 @@ type node struct {
 	drain       bool     // set by the drain signal
 	health      string
 	incarnation string
-	suspectFor  int     // membership refreshes seen alive while suspect
-	adaptive    float64 // factor on weight from adaptive weights; 0 means 1
-	latencyMs   float64 // moving average of request time
-	errorRate   float64 // moving average of requests with no answer
+	failures    int       // batches in a row it could not take
+	coolUntil   time.Time // no new batches before this, after a failure
+	adaptive    float64   // factor on weight from adaptive weights; 0 means 1
+	latencyMs   float64   // moving average of request time
+	errorRate   float64   // moving average of requests with no answer
 	samples     int64
 	inflight    int
 	inflightN   int
 	batchesSent int64
 	fetched     int64
 	failed      int64
+}
+
+// carried is the node's state for the next run.
+func (n *node) carried() campaign.CarriedNode {
+	return campaign.CarriedNode{
+		ID: n.id, Weight: n.weight, Override: n.override, Drain: n.drain, Health: n.health,
+		Incarnation: n.incarnation, BatchesSent: n.batchesSent, Fetched: n.fetched, Failed: n.failed,
+		Adaptive: n.adaptive, LatencyMs: n.latencyMs, ErrorRate: n.errorRate, Samples: n.samples,
+	}
+}
+
+// nodeFromCarry is carried's inverse. A node a v0.1.0 run had marked
+// suspect is healthy here: only the registry says otherwise.
+func nodeFromCarry(c campaign.CarriedNode) *node {
+	health := c.Health
+	if health != dead {
+		health = healthy
+	}
+	return &node{
+		id: c.ID, weight: c.Weight, override: c.Override, drain: c.Drain, health: health,
+		incarnation: c.Incarnation, batchesSent: c.BatchesSent, fetched: c.Fetched, failed: c.Failed,
+		adaptive: c.Adaptive, latencyMs: c.LatencyMs, errorRate: c.ErrorRate, samples: c.Samples,
+	}
 }
 
 // state is what status shows and node_weight_history records.
@@ -45,8 +71,6 @@ func (n *node) state() string {
 		return campaign.NodeDraining
 	case n.drain:
 		return campaign.NodeDrained
-	case n.health == suspect:
-		return campaign.NodeSuspect
 	}
 	return campaign.NodeActive
 }
@@ -160,7 +184,8 @@ func (d *dispatcher) mutate(n *node, reason string, change func()) {
 }
 
 // refreshMembership reads the registry in a local activity (recorded, so
-// replay sees the same answer) and adjusts the ring.
+// replay sees the same answer) and adjusts the ring; the next refresh is
+// timed from its end, so a slow or failing registry never stacks reads.
 func (d *dispatcher) refreshMembership() {
 	f := workflow.ExecuteLocalActivity(d.localOptions(), campaign.RefreshMembershipActivity,
 		campaign.MembershipRequest{Only: d.spec.Nodes})
@@ -168,9 +193,10 @@ func (d *dispatcher) refreshMembership() {
 		var infos []campaign.NodeInfo
 		if err := f.Get(d.ctx, &infos); err != nil {
 			d.log.Warn("membership refresh failed", "error", err)
-			return
+		} else {
+			d.applyMembership(infos)
 		}
-		d.applyMembership(infos)
+		d.scheduleMembershipTimer()
 	})
 }
 
@@ -180,13 +206,8 @@ func (d *dispatcher) scheduleMembershipTimer() {
 			return // cancelled
 		}
 		d.refreshMembership()
-		d.scheduleMembershipTimer()
 	})
 }
-
-// suspectProbation is how many refreshes a suspect node must be seen alive
-// (same process) before it gets batches again.
-const suspectProbation = 3
 
 func (d *dispatcher) applyMembership(infos []campaign.NodeInfo) {
 	seen := map[string]bool{}
@@ -207,20 +228,15 @@ func (d *dispatcher) applyMembership(infos []campaign.NodeInfo) {
 		}
 		switch {
 		case !info.Alive && n.health != dead:
-			d.mutate(n, reasonDied, func() { n.health = dead })
+			d.died(n, reasonDied)
 		case info.Alive && n.health == dead:
-			d.mutate(n, reasonRejoined, func() { n.health, n.suspectFor = healthy, 0 })
-		case info.Alive && n.health == suspect:
-			n.suspectFor++
-			if info.Incarnation != n.incarnation || n.suspectFor >= suspectProbation {
-				d.mutate(n, reasonRecovered, func() { n.health, n.suspectFor = healthy, 0 })
-			}
+			d.mutate(n, reasonRejoined, func() { n.health, n.failures = healthy, 0 })
 		}
 		n.incarnation = info.Incarnation
 	}
 	for _, id := range d.order {
 		if n := d.nodes[id]; !seen[id] && n.health != dead {
-			d.mutate(n, reasonLeft, func() { n.health = dead })
+			d.died(n, reasonLeft)
 		}
 	}
 	if d.spec.Dispatch.AdaptiveWeights {
@@ -228,11 +244,24 @@ func (d *dispatcher) applyMembership(infos []campaign.NodeInfo) {
 	}
 }
 
-// markSuspect takes a node whose batch timed out out of the ring.
-func (d *dispatcher) markSuspect(n *node) {
-	if n.health == healthy {
-		d.mutate(n, reasonSuspect, func() { n.health, n.suspectFor = suspect, 0 })
+// died takes a node the registry gave up on out of the ring and cancels
+// its batches: one never picked up ends at once, and its URLs go back to
+// the frontier for the hosts' new owners. Late reports from it are not
+// awaited.
+func (d *dispatcher) died(n *node, reason string) {
+	d.mutate(n, reason, func() { n.health = dead })
+	for _, b := range d.open {
+		if b.node == n.id {
+			b.cancel()
+		}
 	}
+	kept := d.orphans[:0]
+	for _, o := range d.orphans {
+		if o.Node != n.id {
+			kept = append(kept, o)
+		}
+	}
+	d.orphans = kept
 }
 
 func (d *dispatcher) registerHandlers() error {
@@ -269,6 +298,12 @@ func (d *dispatcher) registerHandlers() error {
 			return err
 		}
 	}
+
+	d.sel.AddReceive(workflow.GetSignalChannel(ctx, campaign.BatchReportSignal), func(c workflow.ReceiveChannel, _ bool) {
+		var r campaign.BatchReport
+		c.Receive(ctx, &r)
+		d.report(r)
+	})
 
 	// The same operations as signals, for `temporal workflow signal`: a
 	// signal cannot answer, so a rejected one is logged and kept in status.
@@ -310,6 +345,10 @@ func (d *dispatcher) drainSignals() {
 		for workflow.GetSignalChannel(d.ctx, op).ReceiveAsync(nil) {
 			d.signal(op, "", nil)
 		}
+	}
+	var br campaign.BatchReport
+	for workflow.GetSignalChannel(d.ctx, campaign.BatchReportSignal).ReceiveAsync(&br) {
+		d.report(br)
 	}
 }
 

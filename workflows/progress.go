@@ -71,9 +71,13 @@ func (d *dispatcher) details(status string) string {
 	c := d.counters
 	var b strings.Builder
 	fmt.Fprintf(&b, "**%s** (%s), run %d\n\n", status, d.state, d.run)
-	fmt.Fprintf(&b, "fetched %d · failed %d · excluded %d · discovered %d · rerouted batches %d\n\n",
+	fmt.Fprintf(&b, "fetched %d · failed %d · excluded %d · discovered %d · batches given up %d\n\n",
 		c.Fetched, c.Failed, c.Excluded, c.Discovered, c.Rerouted)
-	fmt.Fprintf(&b, "in flight: %d URLs in %d batches\n\n", d.inflightN, d.inflight)
+	fmt.Fprintf(&b, "in flight: %d URLs in %d batches", d.inflight, len(d.open))
+	if len(d.orphans) > 0 {
+		fmt.Fprintf(&b, " (and %d batches of earlier runs or lost nodes settling)", len(d.orphans))
+	}
+	b.WriteString("\n\n")
 	for _, id := range d.order {
 		n := d.nodes[id]
 		fmt.Fprintf(&b, "- %s: %s, weight %g, fetched %d, in flight %d URLs\n",

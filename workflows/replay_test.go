@@ -27,13 +27,16 @@ import (
 // each scheduled activity's task queue and input with the history, so a
 // change in routing (which node gets which URLs) fails too.
 func TestReplayRecordedHistories(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.json")
+	// One folder per release: every released version's histories are
+	// replayed, so a change that breaks runs already in flight fails here.
+	files, err := filepath.Glob("testdata/*/*.json")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no recorded histories in testdata (%v)", err)
 	}
 	logger := tlog.NewStructuredLogger(slog.New(slog.DiscardHandler))
 	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".json"), func(t *testing.T) {
+		name := strings.TrimSuffix(strings.TrimPrefix(f, "testdata/"), ".json")
+		t.Run(name, func(t *testing.T) {
 			rec := &scheduleRecorder{}
 			r, err := worker.NewWorkflowReplayerWithOptions(worker.WorkflowReplayerOptions{
 				Interceptors: []interceptor.WorkerInterceptor{rec},

@@ -1,0 +1,261 @@
+package activities
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/spiderpool/spiderpool/archive"
+	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/store"
+)
+
+const (
+	flushEvery    = 64
+	flushInterval = 250 * time.Millisecond
+	// committerIdle is how long a campaign's committer waits with nothing
+	// to do before it goes.
+	committerIdle = time.Minute
+)
+
+// outcome is one URL's result before it is committed.
+type outcome struct {
+	o              store.Outcome
+	links          []store.NewURL
+	bytes          int64
+	sitemapURLs    int // new URLs its host's sitemaps added
+	requestMs      int64
+	transportError bool // no answer: counts against the node's health
+	// exchange is the fetch to archive, when the node archives and the
+	// page ended fetched.
+	exchange *archive.Exchange
+}
+
+// settlement is a URL leaving the engine: its outcome, or (back) the URL
+// itself, handed back unfetched.
+type settlement struct {
+	it   *item
+	out  outcome
+	back bool
+}
+
+// committer records one campaign's settlements in chunks: links first,
+// then outcomes and page records, and hand-backs. Postgres being away
+// (a restart, an outage) only makes it wait and try again: the fetches are
+// paid for, and the batches heartbeat meanwhile.
+type committer struct {
+	f    *Fetch
+	key  int64
+	wake chan struct{}
+
+	mu      sync.Mutex
+	pending []settlement
+}
+
+func (c *committer) add(s settlement) {
+	c.mu.Lock()
+	c.pending = append(c.pending, s)
+	full := len(c.pending) >= flushEvery
+	c.mu.Unlock()
+	if full || s.back {
+		c.kick()
+	}
+}
+
+func (c *committer) kick() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *committer) take() []settlement {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.pending
+	c.pending = nil
+	return out
+}
+
+func (c *committer) run() {
+	f := c.f
+	defer f.commits.Done()
+	tick := time.NewTicker(flushInterval)
+	defer tick.Stop()
+	idleSince := time.Now()
+	for {
+		select {
+		case <-c.wake:
+		case <-tick.C:
+		}
+		if chunk := c.take(); len(chunk) > 0 {
+			c.flush(chunk)
+			idleSince = time.Now()
+			continue
+		}
+		// Gone when idle, and at once when the node stops and nothing of
+		// the campaign is left to settle.
+		f.mu.Lock()
+		c.mu.Lock()
+		quiet := len(c.pending) == 0 && !f.holdsLocked(c.key)
+		stop := quiet && (f.stopping || time.Since(idleSince) > committerIdle)
+		if stop {
+			delete(f.committers, c.key)
+		}
+		c.mu.Unlock()
+		f.mu.Unlock()
+		if stop {
+			return
+		}
+	}
+}
+
+// holdsLocked says whether the node still holds URLs of a campaign.
+func (f *Fetch) holdsLocked(key int64) bool {
+	for b := range f.batches {
+		if b.key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// flush records a chunk and books it into its batches. It tries again
+// until Postgres takes it, or the node is past stopping.
+func (c *committer) flush(chunk []settlement) {
+	f := c.f
+	c.archive(chunk)
+	var outs []store.Outcome
+	var found []store.NewURL
+	back := map[int64][]int64{} // lease -> IDs handed back
+	for _, s := range chunk {
+		if s.back {
+			back[s.it.batch.req.LeaseID] = append(back[s.it.batch.req.LeaseID], s.it.url.ID)
+			continue
+		}
+		outs = append(outs, s.out.o)
+		found = append(found, s.out.links...)
+	}
+	seen := f.seen.table(c.key)
+	links := seen.unseen(found)
+	var committed store.CommitResult
+	released := map[int64]bool{}
+	ctx := context.WithoutCancel(f.life)
+	c.retry("commit", func() error {
+		var err error
+		if len(outs) > 0 && committed.Accepted == nil {
+			if committed, err = f.store.Commit(ctx, c.key, f.holder, f.node, outs, links); err != nil {
+				return err
+			}
+			for _, l := range found { // all in the frontier now, inserted or not
+				seen.add(l.Fingerprint)
+			}
+		}
+		for lease, ids := range back {
+			if _, err := f.store.Release(ctx, c.key, lease, ids, f.holder); err != nil {
+				return err
+			}
+			for _, id := range ids {
+				released[id] = true
+			}
+			delete(back, lease)
+		}
+		return nil
+	})
+	res := make([]campaign.BatchResult, len(chunk))
+	discovered := false
+	for i, s := range chunk {
+		r := &res[i]
+		if s.back {
+			if released[s.it.url.ID] {
+				r.Released++
+			}
+			continue
+		}
+		if !discovered && committed.Discovered > 0 {
+			r.Discovered, discovered = committed.Discovered, true
+		}
+		tally(r, s.out, committed.Accepted[s.out.o.ID])
+	}
+	var total campaign.BatchResult
+	for _, r := range res {
+		total.Add(r)
+	}
+	f.metrics.Discovered(committed.Discovered)
+	f.metrics.Settled("fetched", total.Fetched)
+	f.metrics.Settled("failed", total.Failed)
+	f.metrics.Settled("excluded", total.Excluded)
+	f.metrics.Settled("retry", total.Retried)
+	f.settled(chunk, res)
+}
+
+// retry runs fn until it succeeds, waiting longer each time up to 8 s; it
+// gives up only once the node has stopped its engine (see Stop).
+func (c *committer) retry(what string, fn func() error) {
+	wait := 250 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if c.f.life.Err() != nil {
+			c.f.log.Warn(what+" failed; the node is stopping, its URLs will be fetched again", "campaign_key", c.key, "error", err)
+			return
+		}
+		c.f.log.Warn(what+" failed, retrying", "campaign_key", c.key, "attempt", attempt, "error", err)
+		select {
+		case <-c.f.life.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 8*time.Second)
+	}
+}
+
+// archive writes the chunk's fetched pages to the node's WARC files before
+// they are committed: a crash between the two refetches the page (and
+// archives it again) rather than leaving a page fetched in Postgres with
+// no record of it. A page whose record cannot be written is handed back,
+// to be fetched again.
+func (c *committer) archive(chunk []settlement) {
+	if c.f.archive == nil {
+		return
+	}
+	for i := range chunk {
+		s := &chunk[i]
+		if s.back || s.out.exchange == nil {
+			continue
+		}
+		if err := c.f.archive.Write(*s.out.exchange); err != nil {
+			c.f.log.Warn("archive page; it will be fetched again", "url", s.it.url.URL, "error", err)
+			s.back = true
+		}
+		s.out.exchange = nil
+	}
+}
+
+// tally counts one URL's outcome into a batch result.
+func tally(r *campaign.BatchResult, o outcome, accepted bool) {
+	r.Discovered += o.sitemapURLs
+	if !accepted {
+		r.Skipped++ // another holder took it over
+		return
+	}
+	r.Bytes += o.bytes
+	if o.o.Attempted {
+		r.Requests++
+		r.RequestMillis += o.requestMs
+		if o.transportError {
+			r.TransportErrors++
+		}
+	}
+	switch o.o.State {
+	case store.Fetched:
+		r.Fetched++
+	case store.Failed:
+		r.Failed++
+	case store.Excluded:
+		r.Excluded++
+	case store.Pending:
+		r.Retried++
+	}
+}

@@ -1,0 +1,619 @@
+package activities
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/spiderpool/spiderpool/fetch"
+	"github.com/spiderpool/spiderpool/store"
+)
+
+// hostTable is this node's hosts, one per shard key, shared by every
+// campaign whose URLs the node holds: politeness belongs to the host.
+//
+// A host fetches only while this node holds its claim in Postgres, so one
+// node at a time fetches from it, for all campaigns: max concurrency holds
+// across the cluster, and the delay too, because each claim starts no
+// earlier than the host's next_allowed_at, which holders keep current. The
+// delay and concurrency are the strictest among the running campaigns that
+// crawl the host (store.HostPolicies), whichever node they run on. A node
+// that dies stops renewing and its claims lapse after claimTTL.
+type hostTable struct {
+	holder   string
+	st       *store.Store
+	log      *slog.Logger
+	claimTTL time.Duration
+
+	mu    sync.Mutex
+	hosts map[string]*host
+}
+
+// claimTTL is how long a host claim lives without renewal: the time a
+// dead node keeps its hosts from the others.
+const defaultClaimTTL = 10 * time.Second
+
+func newHostTable(holder string, st *store.Store, log *slog.Logger) *hostTable {
+	return &hostTable{holder: holder, st: st, log: log, claimTTL: defaultClaimTTL, hosts: map[string]*host{}}
+}
+
+// get returns the host of a shard key, created on first use.
+func (t *hostTable) get(key string) *host {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h, ok := t.hosts[key]
+	if !ok {
+		if len(t.hosts) > 50_000 {
+			t.pruneLocked()
+		}
+		h = &host{t: t, key: key, users: map[int64]campaignPace{}, freed: make(chan struct{})}
+		t.hosts[key] = h
+	}
+	return h
+}
+
+// pruneLocked drops hosts with nothing queued, running or claimed, so a
+// broad crawl does not grow the table without bound.
+func (t *hostTable) pruneLocked() {
+	for k, h := range t.hosts {
+		h.mu.Lock()
+		idle := len(h.users) == 0 && h.active == 0 && !h.claimed
+		h.mu.Unlock()
+		if idle {
+			delete(t.hosts, k)
+		}
+	}
+}
+
+func (t *hostTable) snapshot() []*host {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*host, 0, len(t.hosts))
+	for _, h := range t.hosts {
+		out = append(out, h)
+	}
+	return out
+}
+
+// keep renews every claim this node holds, in one statement, until ctx
+// ends, and refreshes the hosts' policies on the way: a claim lost (the
+// node was cut off too long) is noticed before the next request.
+func (t *hostTable) keep(ctx context.Context) {
+	tick := time.NewTicker(t.claimTTL / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		t.renewAll(ctx)
+		t.refreshPolicies(ctx)
+	}
+}
+
+func (t *hostTable) renewAll(ctx context.Context) {
+	var held []store.HeldHost
+	byKey := map[string]*host{}
+	for _, h := range t.snapshot() {
+		h.mu.Lock()
+		if h.claimed {
+			held = append(held, h.heldLocked())
+			byKey[h.key] = h
+		}
+		h.mu.Unlock()
+	}
+	if len(held) == 0 {
+		return
+	}
+	still, wanted, err := t.st.RenewHosts(ctx, t.holder, t.claimTTL, held)
+	if err != nil {
+		if ctx.Err() == nil {
+			t.log.Warn("renew host claims", "hosts", len(held), "error", err)
+		}
+		return // keep going on the claims we have; they lapse if this persists
+	}
+	now := time.Now()
+	for key, h := range byKey {
+		h.mu.Lock()
+		if still[key] {
+			h.renewed = now
+			h.wanted = wanted[key]
+		} else {
+			h.claimed = false // another node took it over: claim again before the next request
+		}
+		h.mu.Unlock()
+	}
+}
+
+// refreshPolicies re-reads the strictest politeness of every host in use.
+func (t *hostTable) refreshPolicies(ctx context.Context) {
+	var keys []string
+	byKey := map[string]*host{}
+	for _, h := range t.snapshot() {
+		h.mu.Lock()
+		if len(h.users) > 0 || h.claimed {
+			keys = append(keys, h.key)
+			byKey[h.key] = h
+		}
+		h.mu.Unlock()
+	}
+	if len(keys) == 0 {
+		return
+	}
+	policies, err := t.st.HostPolicies(ctx, keys)
+	if err != nil {
+		if ctx.Err() == nil {
+			t.log.Warn("read host policies", "error", err)
+		}
+		return
+	}
+	for key, h := range byKey {
+		h.setPolicy(policies[key])
+	}
+}
+
+// campaignPace is one campaign's politeness for a host.
+type campaignPace struct {
+	delay       time.Duration
+	concurrency int
+	users       int // its URLs on this host, queued or running
+}
+
+// host paces the requests of one shard key on this node, for every
+// campaign.
+type host struct {
+	t   *hostTable
+	key string
+
+	mu         sync.Mutex
+	users      map[int64]campaignPace // campaigns with URLs here now
+	policy     store.HostPolicy       // strictest among running campaigns, cluster-wide
+	crawlDelay time.Duration          // robots.txt Crawl-delay, already capped
+	extra      time.Duration          // learned from 5xx answers
+	errRate    float64                // moving average of server errors among answers
+	answers    int                    // answers seen, for errRate to mean something
+	slowed     time.Time              // when extra last grew
+	latency    time.Duration          // moving average of the time to answer
+	next       time.Time              // earliest start of the next request
+	last       time.Time              // start of the latest request
+	active     int                    // requests started and not done
+	freed      chan struct{}          // closed when a request ends, then replaced
+	claimed    bool
+	claimedAt  time.Time
+	renewed    time.Time
+	wanted     bool      // another node asked for the claim
+	yieldTill  time.Time // let go for another node's turn: no claim before this
+
+	claimMu sync.Mutex // one claim operation at a time
+}
+
+// enter counts a URL of a campaign that will use the host; leave must
+// follow.
+func (h *host) enter(campaignKey int64, delay time.Duration, concurrency int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := h.users[campaignKey]
+	p.delay, p.concurrency = delay, concurrency
+	p.users++
+	h.users[campaignKey] = p
+}
+
+// leave undoes enter; with no URL left and no request running, the claim
+// is let go, recording when the host's next request may start.
+func (h *host) leave(ctx context.Context, campaignKey int64) {
+	h.mu.Lock()
+	if p := h.users[campaignKey]; p.users <= 1 {
+		delete(h.users, campaignKey)
+	} else {
+		p.users--
+		h.users[campaignKey] = p
+	}
+	idle := len(h.users) == 0 && h.active == 0 && h.claimed
+	h.mu.Unlock()
+	if idle {
+		h.letGo(ctx, false)
+	}
+}
+
+// letGo releases the claim if nobody uses the host (or, with yield, as
+// soon as no request runs, for another node's turn).
+func (h *host) letGo(ctx context.Context, yield bool) {
+	h.claimMu.Lock()
+	defer h.claimMu.Unlock()
+	h.mu.Lock()
+	if !h.claimed || h.active > 0 || (!yield && len(h.users) > 0) {
+		h.mu.Unlock()
+		return
+	}
+	h.claimed, h.wanted = false, false
+	if yield {
+		// Long enough for the node that asked to see the claim free.
+		h.yieldTill = time.Now().Add(max(time.Second, h.gapLocked()))
+	}
+	held := h.heldLocked()
+	h.mu.Unlock()
+	if err := h.t.st.ReleaseHost(context.WithoutCancel(ctx), h.t.holder, held); err != nil {
+		h.t.log.Warn("release host claim", "host", h.key, "error", err)
+	}
+}
+
+// fairShare is how long a node keeps a host another node asks for.
+const fairShare = 10 * time.Second
+
+// yieldWhenIdle lets the claim go for another node's turn once no
+// request of this node runs on the host.
+func (h *host) yieldWhenIdle(ctx context.Context) {
+	for {
+		h.mu.Lock()
+		active, freed := h.active, h.freed
+		h.mu.Unlock()
+		if active == 0 {
+			h.letGo(ctx, true)
+			return
+		}
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// yieldDue says whether another node has waited for the host long enough
+// that this node should let it go now.
+func (h *host) yieldDue() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.claimed && h.wanted && time.Since(h.claimedAt) > fairShare
+}
+
+func (h *host) heldLocked() store.HeldHost {
+	return store.HeldHost{
+		ShardKey: h.key, NextIn: max(0, time.Until(h.next)), ExtraDelay: h.extra,
+		Interval: spacing(h.delayLocked(), h.extra), Latency: h.latency,
+	}
+}
+
+func (h *host) setPolicy(p store.HostPolicy) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.policy = p
+	h.repaceLocked()
+}
+
+// delayLocked is the strictest delay that applies now: the campaigns'
+// here and cluster-wide, and the host's robots.txt.
+func (h *host) delayLocked() time.Duration {
+	d := max(h.policy.MinDelay, h.crawlDelay)
+	for _, p := range h.users {
+		d = max(d, p.delay)
+	}
+	return d
+}
+
+// limitLocked is the strictest concurrency that applies now.
+func (h *host) limitLocked() int {
+	n := h.policy.Concurrency
+	for _, p := range h.users {
+		if p.concurrency > 0 && (n == 0 || p.concurrency < n) {
+			n = p.concurrency
+		}
+	}
+	return max(1, n)
+}
+
+func (h *host) gapLocked() time.Duration { return spacing(h.delayLocked(), h.extra) }
+
+// repaceLocked moves the next start back if a stricter delay now applies.
+func (h *host) repaceLocked() {
+	if h.last.IsZero() {
+		return
+	}
+	if n := h.last.Add(h.gapLocked()); n.After(h.next) {
+		h.next = n
+	}
+}
+
+// setCrawlDelay applies a robots.txt Crawl-delay (already capped): it can
+// only slow the host, never speed it. It counts from the latest request,
+// which may be the robots.txt fetch that told it.
+func (h *host) setCrawlDelay(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if d > h.crawlDelay {
+		h.crawlDelay = d
+		h.repaceLocked()
+	}
+}
+
+// spacing is the least time between two starts: the delay with a margin
+// of 1% and 15 ms, so the host sees at least the delay between arrivals
+// whatever the jitter of scheduling on a busy node.
+func spacing(delay, extra time.Duration) time.Duration {
+	d := delay + extra
+	if d <= 0 {
+		return 0
+	}
+	return d + d/100 + 15*time.Millisecond
+}
+
+// turn waits for the host's claim, a concurrency slot and the host's pace,
+// then for a node-wide slot (take and give, from the caller), and only then
+// takes its start, so time spent waiting for the node never shortens the
+// gap the host sees. It returns false, holding nothing, if stop closed
+// first; after a true, the caller holds a node slot and a host slot and
+// must call done. Nothing here holds a worker slot: waiting is a goroutine.
+//
+// A start is taken only when it is due, not reserved ahead: if the host's
+// pace changes while a request waits (a Retry-After, a stricter campaign),
+// the wait follows it.
+func (h *host) turn(ctx context.Context, stop <-chan struct{}, take func() bool, give func()) bool {
+	for {
+		if !h.claim(ctx, stop) || !h.acquire(stop) {
+			return false
+		}
+		switch h.pace(ctx, stop, take, give) {
+		case turnTaken:
+			return true
+		case turnStopped:
+			h.release()
+			return false
+		case turnLost:
+			h.release() // the claim was lost: wait for it again
+		}
+	}
+}
+
+type turnResult int
+
+const (
+	turnTaken turnResult = iota
+	turnStopped
+	turnLost
+)
+
+// pace waits for the host's next start and a node slot, then takes the
+// start.
+func (h *host) pace(ctx context.Context, stop <-chan struct{}, take func() bool, give func()) turnResult {
+	for {
+		h.mu.Lock()
+		wait := time.Until(h.next)
+		h.mu.Unlock()
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-stop:
+				t.Stop()
+				return turnStopped
+			}
+		}
+		if !take() {
+			return turnStopped
+		}
+		h.mu.Lock()
+		now := time.Now()
+		if h.next.After(now) { // another request of this host started meanwhile
+			h.mu.Unlock()
+			give()
+			continue
+		}
+		if !h.claimed {
+			h.mu.Unlock()
+			give()
+			return turnLost
+		}
+		gap := h.gapLocked()
+		h.next, h.last = now.Add(gap), now
+		h.mu.Unlock()
+		// A long delay is written down before the request, so a node that
+		// takes over after this one dies still keeps it.
+		if gap >= h.t.claimTTL/2 {
+			if !h.renew(ctx) {
+				give()
+				return turnLost
+			}
+			// The request goes out now, after the renew's round trip: the
+			// next start counts from here.
+			h.mu.Lock()
+			now := time.Now()
+			if next := now.Add(gap); next.After(h.next) {
+				h.next = next
+			}
+			h.last = now
+			h.mu.Unlock()
+		}
+		return turnTaken
+	}
+}
+
+// acquire takes one of the host's concurrency slots.
+func (h *host) acquire(stop <-chan struct{}) bool {
+	for {
+		h.mu.Lock()
+		if h.active < h.limitLocked() {
+			h.active++
+			h.mu.Unlock()
+			return true
+		}
+		freed := h.freed
+		h.mu.Unlock()
+		select {
+		case <-freed:
+		case <-stop:
+			return false
+		}
+	}
+}
+
+// release gives a concurrency slot back.
+func (h *host) release() {
+	h.mu.Lock()
+	h.active--
+	close(h.freed)
+	h.freed = make(chan struct{})
+	h.mu.Unlock()
+}
+
+// done ends a turn, after the request.
+func (h *host) done() { h.release() }
+
+// claim makes sure this node holds the host's claim, waiting while another
+// node holds it.
+func (h *host) claim(ctx context.Context, stop <-chan struct{}) bool {
+	backoff := 50 * time.Millisecond
+	for {
+		h.claimMu.Lock()
+		h.mu.Lock()
+		held, yieldTill := h.claimed, h.yieldTill
+		h.mu.Unlock()
+		if held {
+			h.claimMu.Unlock()
+			return true
+		}
+		var (
+			c   store.HostClaim
+			err error
+		)
+		if time.Now().After(yieldTill) {
+			c, err = h.t.st.ClaimHost(ctx, h.key, h.t.holder, h.t.claimTTL)
+		}
+		if err == nil && c.Granted {
+			h.granted(ctx, c)
+			h.claimMu.Unlock()
+			return true
+		}
+		h.claimMu.Unlock()
+		if err != nil {
+			h.t.log.Warn("claim host", "host", h.key, "error", err)
+		}
+		select {
+		case <-stop:
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// granted takes a claim up: the host's pace as its last holder left it,
+// and the strictest policy of the campaigns crawling it now.
+func (h *host) granted(ctx context.Context, c store.HostClaim) {
+	policies, err := h.t.st.HostPolicies(ctx, []string{h.key})
+	if err != nil {
+		h.t.log.Warn("read host policy", "host", h.key, "error", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := time.Now()
+	h.claimed, h.claimedAt, h.renewed, h.wanted = true, now, now, false
+	if at := now.Add(c.Wait); at.After(h.next) {
+		h.next = at
+	}
+	h.extra = c.ExtraDelay
+	if h.latency == 0 {
+		h.latency = c.Latency
+	}
+	if err == nil {
+		h.policy = policies[h.key]
+		h.repaceLocked()
+	}
+}
+
+// renew extends the claim and records the host's next start now; false if
+// the claim was lost.
+func (h *host) renew(ctx context.Context) bool {
+	h.claimMu.Lock()
+	defer h.claimMu.Unlock()
+	h.mu.Lock()
+	if !h.claimed {
+		h.mu.Unlock()
+		return false
+	}
+	held := h.heldLocked()
+	h.mu.Unlock()
+	still, wanted, err := h.t.st.RenewHosts(ctx, h.t.holder, h.t.claimTTL, []store.HeldHost{held})
+	if err != nil {
+		h.t.log.Warn("renew host claim", "host", h.key, "error", err)
+		return true // keep going on the claim we have; it lapses if this persists
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.claimed = still[h.key]
+	if h.claimed {
+		h.renewed, h.wanted = time.Now(), wanted[h.key]
+	}
+	return h.claimed
+}
+
+// Adaptive slowing: once errMinAnswers answers are in, a moving average of
+// server errors (weight errAlpha per answer) above errSlow doubles the
+// extra delay, at most once per second or per extra delay, whichever is
+// longer, so one burst of concurrent answers counts once; below errFast
+// it halves. A few failing pages do not slow a healthy host; a struggling
+// host is given room.
+const (
+	errAlpha      = 0.2
+	errSlow       = 0.5
+	errFast       = 0.2
+	errMinAnswers = 8
+	minBackoff    = 250 * time.Millisecond // first extra delay after a 5xx
+	maxBackoff    = 10 * time.Second       // most extra delay 5xx answers earn
+	latencyAlpha  = 0.3
+)
+
+// observe adapts the host's pace to an answer: a Retry-After (429, 503) or
+// a bare 429 pauses it, a run of server errors slows it, success speeds it
+// back up; its time to answer feeds the estimate leasing sizes its work
+// by. A pause is written to Postgres at once, so leasing skips the host
+// for every campaign and any node that takes it over waits too.
+func (h *host) observe(ctx context.Context, r *fetch.Response, maxRetryAfter time.Duration) {
+	h.mu.Lock()
+	var pause time.Duration
+	serverError := r.Status >= 500 || r.Status == http.StatusTooManyRequests || (r.Status == 0 && r.Err != nil)
+	h.errRate = (1-errAlpha)*h.errRate + errAlpha*boolFloat(serverError)
+	h.answers++
+	if r.Status != 0 && r.Duration > 0 {
+		if h.latency == 0 {
+			h.latency = r.Duration
+		} else {
+			h.latency = time.Duration((1-latencyAlpha)*float64(h.latency) + latencyAlpha*float64(r.Duration))
+		}
+	}
+	switch {
+	case r.RetryAfter > 0 && (r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable):
+		pause = min(r.RetryAfter, maxRetryAfter)
+	case r.Status == http.StatusTooManyRequests:
+		pause = min(max(time.Second, h.extra), maxRetryAfter)
+	}
+	switch {
+	case serverError && h.errRate > errSlow && h.answers >= errMinAnswers && time.Since(h.slowed) > max(time.Second, h.extra):
+		h.extra = min(max(2*h.extra, minBackoff), maxBackoff)
+		h.slowed = time.Now()
+	case h.errRate < errFast:
+		if h.extra /= 2; h.extra < 50*time.Millisecond {
+			h.extra = 0
+		}
+	}
+	if pause > 0 {
+		if at := time.Now().Add(pause); at.After(h.next) {
+			h.next = at
+		}
+	}
+	h.mu.Unlock()
+	if pause > 0 {
+		if err := h.t.st.PauseHost(ctx, h.key, pause); err != nil {
+			h.t.log.Warn("pause host", "host", h.key, "error", err)
+		}
+	}
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

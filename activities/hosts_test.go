@@ -1,0 +1,96 @@
+package activities
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/spiderpool/spiderpool/fetch"
+	"github.com/spiderpool/spiderpool/store"
+)
+
+func testHost() *host {
+	t := newHostTable("n@1", nil, slog.New(slog.DiscardHandler))
+	return t.get("x.test")
+}
+
+// TestAdaptiveSlowing: a run of 5xx slows a host, a few do not, and
+// success brings it back to full speed.
+func TestAdaptiveSlowing(t *testing.T) {
+	g := testHost()
+	ctx := context.Background()
+	ok, fail := &fetch.Response{Status: 200}, &fetch.Response{Status: 502}
+	for i := range 10 {
+		g.observe(ctx, ok, time.Minute)
+		if i%4 == 0 {
+			g.observe(ctx, fail, time.Minute)
+		}
+	}
+	if g.extra != 0 {
+		t.Fatalf("scattered errors slowed the host by %v", g.extra)
+	}
+	for range 20 {
+		g.slowed = time.Time{} // as if a second had passed between answers
+		g.observe(ctx, fail, time.Minute)
+	}
+	if g.extra < time.Second || g.extra > maxBackoff {
+		t.Fatalf("after 20 errors in a row the extra delay is %v", g.extra)
+	}
+	for range 30 {
+		g.observe(ctx, ok, time.Minute)
+	}
+	if g.extra != 0 {
+		t.Fatalf("after recovery the extra delay is still %v", g.extra)
+	}
+}
+
+func TestSpacingHasMargin(t *testing.T) {
+	if spacing(0, 0) != 0 {
+		t.Fatal("no delay must mean no spacing")
+	}
+	if got := spacing(time.Second, 0); got < time.Second+10*time.Millisecond {
+		t.Fatalf("spacing(1s) = %v, want a margin over a second", got)
+	}
+}
+
+// TestStrictestCampaignPacesTheHost: the delay and concurrency a host
+// keeps are the strictest among the campaigns with URLs on it and the
+// running campaigns anywhere (its policy), and a stricter delay arriving
+// pushes the next start back.
+func TestStrictestCampaignPacesTheHost(t *testing.T) {
+	h := testHost()
+	h.enter(1, time.Second, 2)
+	h.mu.Lock()
+	if d, n := h.delayLocked(), h.limitLocked(); d != time.Second || n != 2 {
+		t.Fatalf("one campaign: delay %v limit %d", d, n)
+	}
+	h.last = time.Now()
+	h.next = h.last.Add(spacing(time.Second, 0))
+	h.mu.Unlock()
+	h.setPolicy(store.HostPolicy{MinDelay: 2 * time.Second, Concurrency: 1})
+	h.mu.Lock()
+	d, n, wait := h.delayLocked(), h.limitLocked(), time.Until(h.next)
+	h.mu.Unlock()
+	if d != 2*time.Second || n != 1 || wait < 1900*time.Millisecond {
+		t.Fatalf("with a stricter campaign elsewhere: delay %v limit %d next in %v; want 2s, 1, about 2s", d, n, wait)
+	}
+	h.enter(2, 3*time.Second, 4)
+	h.mu.Lock()
+	d = h.delayLocked()
+	h.mu.Unlock()
+	if d != 3*time.Second {
+		t.Fatalf("a campaign with URLs here asks 3s, delay is %v", d)
+	}
+}
+
+// TestLatencyIsLearned feeds the estimate leasing sizes a host's work by.
+func TestLatencyIsLearned(t *testing.T) {
+	h := testHost()
+	for range 20 {
+		h.observe(context.Background(), &fetch.Response{Status: 200, Duration: time.Second}, time.Minute)
+	}
+	if h.latency < 900*time.Millisecond || h.latency > 1100*time.Millisecond {
+		t.Fatalf("latency %v after answers of a second", h.latency)
+	}
+}

@@ -1,0 +1,406 @@
+package legacy
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/spiderpool/spiderpool/campaign"
+)
+
+// Node health, as the campaign judges it.
+const (
+	healthy = "ok"
+	suspect = "suspect" // a batch timed out on it
+	dead    = "dead"    // the registry says so
+)
+
+type node struct {
+	id          string
+	weight      float64  // as registered
+	override    *float64 // set by the reweight signal; wins over weight
+	drain       bool     // set by the drain signal
+	health      string
+	incarnation string
+	suspectFor  int     // membership refreshes seen alive while suspect
+	adaptive    float64 // factor on weight from adaptive weights; 0 means 1
+	latencyMs   float64 // moving average of request time
+	errorRate   float64 // moving average of requests with no answer
+	samples     int64
+	inflight    int
+	inflightN   int
+	batchesSent int64
+	fetched     int64
+	failed      int64
+}
+
+// state is what status shows and node_weight_history records.
+func (n *node) state() string {
+	switch {
+	case n.health == dead:
+		return campaign.NodeDead
+	case n.drain && n.inflight > 0:
+		return campaign.NodeDraining
+	case n.drain:
+		return campaign.NodeDrained
+	case n.health == suspect:
+		return campaign.NodeSuspect
+	}
+	return campaign.NodeActive
+}
+
+// effectiveWeight is the node's weight in the ring: 0 unless active; the
+// operator's weight if set; else the registered one, scaled by adaptive
+// weights.
+func (n *node) effectiveWeight() float64 {
+	if n.state() != campaign.NodeActive {
+		return 0
+	}
+	if n.override != nil {
+		return *n.override
+	}
+	return n.weight * n.factor()
+}
+
+func (n *node) factor() float64 {
+	if n.adaptive == 0 {
+		return 1
+	}
+	return n.adaptive
+}
+
+// Adaptive weights: moving averages per node (weight ewmaAlpha per batch),
+// used once a node has adaptiveMinSamples requests; a factor of
+// score/mean score, clamped to [1/4, 4], applied when it moves by more
+// than adaptiveHysteresis.
+const (
+	ewmaAlpha          = 0.3
+	adaptiveMinSamples = 50
+	adaptiveHysteresis = 0.25
+	reasonAdaptive     = "adaptive weights"
+)
+
+// observe folds a batch's request figures into the node's averages.
+func (n *node) observe(r campaign.BatchResult) {
+	if r.Requests == 0 {
+		return
+	}
+	lat := float64(r.RequestMillis) / float64(r.Requests)
+	errs := float64(r.TransportErrors) / float64(r.Requests)
+	if n.samples == 0 {
+		n.latencyMs, n.errorRate = lat, errs
+	} else {
+		n.latencyMs = (1-ewmaAlpha)*n.latencyMs + ewmaAlpha*lat
+		n.errorRate = (1-ewmaAlpha)*n.errorRate + ewmaAlpha*errs
+	}
+	n.samples += int64(r.Requests)
+}
+
+// adapt rescales active nodes' weights by their health relative to the
+// others: faster and more reliable nodes get more hosts.
+func (d *dispatcher) adapt() {
+	type cand struct {
+		n     *node
+		score float64
+	}
+	var cs []cand
+	total := 0.0
+	for _, id := range d.order {
+		n := d.nodes[id]
+		if n.state() != campaign.NodeActive || n.override != nil || n.samples < adaptiveMinSamples {
+			continue
+		}
+		s := (1 - n.errorRate) / max(n.latencyMs, 1)
+		cs = append(cs, cand{n, s})
+		total += s
+	}
+	if len(cs) < 2 || total == 0 {
+		return
+	}
+	mean := total / float64(len(cs))
+	for _, c := range cs {
+		f := min(max(c.score/mean, 0.25), 4)
+		if cur := c.n.factor(); abs(f-cur)/cur > adaptiveHysteresis {
+			d.mutate(c.n, reasonAdaptive, func() { c.n.adaptive = f })
+		}
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// addNode adds n to the node table and the ring.
+func (d *dispatcher) addNode(n *node) {
+	d.nodes[n.id] = n
+	i, _ := slices.BinarySearch(d.order, n.id)
+	d.order = slices.Insert(d.order, i, n.id)
+	d.ring.Set(n.id, n.effectiveWeight())
+}
+
+// mutate applies change to n and, if its ring weight or state moved,
+// updates the ring and appends a node_weight_history row.
+func (d *dispatcher) mutate(n *node, reason string, change func()) {
+	oldWeight, oldState := n.effectiveWeight(), n.state()
+	change()
+	if n.effectiveWeight() == oldWeight && n.state() == oldState {
+		return
+	}
+	d.ring.Set(n.id, n.effectiveWeight())
+	d.changes = append(d.changes, campaign.RingChange{
+		Node: n.id, OldWeight: oldWeight, NewWeight: n.effectiveWeight(), OldState: oldState, NewState: n.state(),
+		Reason: reason, AfterLease: d.dispatchedLease,
+	})
+	d.leaseDry = false // the window may have room again
+}
+
+// refreshMembership reads the registry in a local activity (recorded, so
+// replay sees the same answer) and adjusts the ring.
+func (d *dispatcher) refreshMembership() {
+	f := workflow.ExecuteLocalActivity(d.localOptions(), campaign.RefreshMembershipActivity,
+		campaign.MembershipRequest{Only: d.spec.Nodes})
+	d.sel.AddFuture(f, func(f workflow.Future) {
+		var infos []campaign.NodeInfo
+		if err := f.Get(d.ctx, &infos); err != nil {
+			d.log.Warn("membership refresh failed", "error", err)
+			return
+		}
+		d.applyMembership(infos)
+	})
+}
+
+func (d *dispatcher) scheduleMembershipTimer() {
+	d.sel.AddFuture(workflow.NewTimer(d.ctx, d.spec.Dispatch.MembershipRefresh.D()), func(f workflow.Future) {
+		if f.Get(d.ctx, nil) != nil {
+			return // cancelled
+		}
+		d.refreshMembership()
+		d.scheduleMembershipTimer()
+	})
+}
+
+// suspectProbation is how many refreshes a suspect node must be seen alive
+// (same process) before it gets batches again.
+const suspectProbation = 3
+
+func (d *dispatcher) applyMembership(infos []campaign.NodeInfo) {
+	seen := map[string]bool{}
+	for _, info := range infos {
+		seen[info.ID] = true
+		n, ok := d.nodes[info.ID]
+		if !ok {
+			if !info.Alive {
+				continue
+			}
+			n = &node{id: info.ID, health: dead, weight: info.Weight, incarnation: info.Incarnation}
+			d.addNode(n)
+			d.mutate(n, reasonJoined, func() { n.health = healthy })
+			continue
+		}
+		if n.weight != info.Weight {
+			d.mutate(n, reasonRegistry, func() { n.weight = info.Weight })
+		}
+		switch {
+		case !info.Alive && n.health != dead:
+			d.mutate(n, reasonDied, func() { n.health = dead })
+		case info.Alive && n.health == dead:
+			d.mutate(n, reasonRejoined, func() { n.health, n.suspectFor = healthy, 0 })
+		case info.Alive && n.health == suspect:
+			n.suspectFor++
+			if info.Incarnation != n.incarnation || n.suspectFor >= suspectProbation {
+				d.mutate(n, reasonRecovered, func() { n.health, n.suspectFor = healthy, 0 })
+			}
+		}
+		n.incarnation = info.Incarnation
+	}
+	for _, id := range d.order {
+		if n := d.nodes[id]; !seen[id] && n.health != dead {
+			d.mutate(n, reasonLeft, func() { n.health = dead })
+		}
+	}
+	if d.spec.Dispatch.AdaptiveWeights {
+		d.adapt()
+	}
+}
+
+// markSuspect takes a node whose batch timed out out of the ring.
+func (d *dispatcher) markSuspect(n *node) {
+	if n.health == healthy {
+		d.mutate(n, reasonSuspect, func() { n.health, n.suspectFor = suspect, 0 })
+	}
+}
+
+func (d *dispatcher) registerHandlers() error {
+	ctx := d.ctx
+	if err := workflow.SetQueryHandler(ctx, campaign.StatusQuery, func() (campaign.Status, error) {
+		return d.status(), nil
+	}); err != nil {
+		return err
+	}
+	reweight := func(ctx workflow.Context, r campaign.ReweightRequest) (campaign.NodeStatus, error) {
+		return d.apply(campaign.Reweight, r.Node, r.Weight)
+	}
+	validateReweight := func(ctx workflow.Context, r campaign.ReweightRequest) error {
+		return d.check(campaign.Reweight, r.Node, r.Weight)
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, campaign.Reweight, reweight,
+		workflow.UpdateHandlerOptions{Validator: validateReweight}); err != nil {
+		return err
+	}
+	for _, op := range []string{campaign.Drain, campaign.Undrain} {
+		handler := func(ctx workflow.Context, r campaign.NodeRequest) (campaign.NodeStatus, error) {
+			return d.apply(op, r.Node, nil)
+		}
+		validator := func(ctx workflow.Context, r campaign.NodeRequest) error { return d.check(op, r.Node, nil) }
+		if err := workflow.SetUpdateHandlerWithOptions(ctx, op, handler, workflow.UpdateHandlerOptions{Validator: validator}); err != nil {
+			return err
+		}
+	}
+	for _, op := range []string{campaign.Pause, campaign.Resume} {
+		if err := workflow.SetUpdateHandler(ctx, op, func(ctx workflow.Context) (campaign.Status, error) {
+			_, err := d.apply(op, "", nil)
+			return d.status(), err
+		}); err != nil {
+			return err
+		}
+	}
+
+	// The same operations as signals, for `temporal workflow signal`: a
+	// signal cannot answer, so a rejected one is logged and kept in status.
+	d.sel.AddReceive(workflow.GetSignalChannel(ctx, campaign.Reweight), func(c workflow.ReceiveChannel, _ bool) {
+		var r campaign.ReweightRequest
+		c.Receive(ctx, &r)
+		d.signal(campaign.Reweight, r.Node, r.Weight)
+	})
+	for _, op := range []string{campaign.Drain, campaign.Undrain} {
+		d.sel.AddReceive(workflow.GetSignalChannel(ctx, op), func(c workflow.ReceiveChannel, _ bool) {
+			var r campaign.NodeRequest
+			c.Receive(ctx, &r)
+			d.signal(op, r.Node, nil)
+		})
+	}
+	for _, op := range []string{campaign.Pause, campaign.Resume} {
+		d.sel.AddReceive(workflow.GetSignalChannel(ctx, op), func(c workflow.ReceiveChannel, _ bool) {
+			c.Receive(ctx, nil)
+			d.signal(op, "", nil)
+		})
+	}
+	return nil
+}
+
+// drainSignals applies signals that arrived but were not yet selected, so
+// none is lost across continue-as-new.
+func (d *dispatcher) drainSignals() {
+	var r campaign.ReweightRequest
+	for workflow.GetSignalChannel(d.ctx, campaign.Reweight).ReceiveAsync(&r) {
+		d.signal(campaign.Reweight, r.Node, r.Weight)
+	}
+	for _, op := range []string{campaign.Drain, campaign.Undrain} {
+		var nr campaign.NodeRequest
+		for workflow.GetSignalChannel(d.ctx, op).ReceiveAsync(&nr) {
+			d.signal(op, nr.Node, nil)
+		}
+	}
+	for _, op := range []string{campaign.Pause, campaign.Resume} {
+		for workflow.GetSignalChannel(d.ctx, op).ReceiveAsync(nil) {
+			d.signal(op, "", nil)
+		}
+	}
+}
+
+func (d *dispatcher) signal(op, nodeID string, weight *float64) {
+	if _, err := d.apply(op, nodeID, weight); err != nil {
+		d.log.Warn("signal rejected", "signal", op, "error", err)
+		d.rejected = append(d.rejected, fmt.Sprintf("%s: %v", op, err))
+		if len(d.rejected) > 10 {
+			d.rejected = d.rejected[len(d.rejected)-10:]
+		}
+	}
+}
+
+// check validates an operation without applying it.
+func (d *dispatcher) check(op, nodeID string, weight *float64) error {
+	switch op {
+	case campaign.Pause, campaign.Resume:
+		return nil
+	}
+	if nodeID == "" {
+		return &campaign.FieldError{Field: "node", Problem: "is required"}
+	}
+	if _, ok := d.nodes[nodeID]; !ok {
+		known := "none yet"
+		if len(d.order) > 0 {
+			known = strings.Join(d.order, ", ")
+		}
+		return &campaign.FieldError{Field: "node", Problem: fmt.Sprintf("unknown node %q (campaign nodes: %s)", nodeID, known)}
+	}
+	if op == campaign.Reweight {
+		if weight == nil {
+			return &campaign.FieldError{Field: "weight", Problem: "is required"}
+		}
+		if err := campaign.ValidWeight("weight", *weight); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apply performs an operator operation and returns the node's new status.
+func (d *dispatcher) apply(op, nodeID string, weight *float64) (campaign.NodeStatus, error) {
+	if err := d.check(op, nodeID, weight); err != nil {
+		return campaign.NodeStatus{}, err
+	}
+	d.wake.SendAsync(nil) // let the loop see the change
+	reason := reasonSignal + op
+	switch op {
+	case campaign.Pause:
+		d.paused = true
+		return campaign.NodeStatus{}, nil
+	case campaign.Resume:
+		d.paused, d.leaseDry = false, false
+		return campaign.NodeStatus{}, nil
+	}
+	n := d.nodes[nodeID]
+	switch op {
+	case campaign.Reweight:
+		w := *weight
+		d.mutate(n, reason, func() { n.override = &w })
+	case campaign.Drain:
+		d.mutate(n, reason, func() { n.drain = true })
+	case campaign.Undrain:
+		d.mutate(n, reason, func() { n.drain = false })
+	}
+	return d.nodeStatus(n), nil
+}
+
+func (d *dispatcher) nodeStatus(n *node) campaign.NodeStatus {
+	return campaign.NodeStatus{
+		ID: n.id, Weight: n.weight, Override: n.override, State: n.state(),
+		Adaptive: n.adaptive, LatencyMs: n.latencyMs, ErrorRate: n.errorRate,
+		InflightBatches: n.inflight, InflightURLs: n.inflightN, BatchesSent: n.batchesSent,
+		Fetched: n.fetched, Failed: n.failed,
+	}
+}
+
+func (d *dispatcher) status() campaign.Status {
+	st := campaign.Status{
+		CampaignID: d.id, State: d.state, Run: d.run, Counters: d.counters,
+		Pending: d.lastLease.Pending, Rejected: d.rejected,
+	}
+	if d.paused {
+		st.State = "paused"
+	}
+	for _, id := range d.order {
+		n := d.nodes[id]
+		st.Nodes = append(st.Nodes, d.nodeStatus(n))
+		if w := n.effectiveWeight(); w > 0 {
+			st.Ring = append(st.Ring, campaign.RingMember{ID: id, Weight: w})
+		}
+	}
+	return st
+}
