@@ -109,7 +109,7 @@ func TestKilledNodeLosesNothing(t *testing.T) {
 	// What the dead node held and had not committed: the most it can have
 	// had on the wire.
 	var inflight int
-	if err := s.Store.Pool().QueryRow(bg, `SELECT count(*) FROM frontier WHERE state = 'leased' AND lease_holder LIKE $1 || '/%'`,
+	if err := s.Store.Pool().QueryRow(bg, `SELECT count(*) FROM frontier WHERE state = 'leased' AND lease_holder LIKE $1 || '@%'`,
 		victim.ID).Scan(&inflight); err != nil {
 		t.Fatal(err)
 	}
@@ -251,11 +251,14 @@ func TestTemporalRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFetched(t, s, id, 1200)
-	harness.Eventually(t, time.Minute, "batches running", func() bool {
-		var live int
-		err := s.Store.Pool().QueryRow(bg, `SELECT count(*) FROM holders WHERE alive_until > now()`).Scan(&live)
-		return err == nil && live > 0
-	})
+	held := func() int {
+		var n int
+		if err := s.Store.Pool().QueryRow(bg, `SELECT count(*) FROM frontier WHERE state = 'leased' AND lease_holder IS NOT NULL`).Scan(&n); err != nil {
+			return -1
+		}
+		return n
+	}
+	harness.Eventually(t, time.Minute, "batches running", func() bool { return held() > 0 })
 	tmp := harness.Temporal(t)
 	if err := tmp.Kill(); err != nil {
 		t.Fatal(err)
@@ -265,11 +268,7 @@ func TestTemporalRestart(t *testing.T) {
 	_ = s.Store.Pool().QueryRow(bg, `SELECT count(*) FROM pages`).Scan(&before)
 	// Batches already running finish their URLs with Temporal away: wait
 	// until none is left, so the outage outlasts every batch.
-	harness.Eventually(t, 2*time.Minute, "the running batches to finish with Temporal down", func() bool {
-		var live int
-		err := s.Store.Pool().QueryRow(bg, `SELECT count(*) FROM holders WHERE alive_until > now()`).Scan(&live)
-		return err == nil && live == 0
-	})
+	harness.Eventually(t, 2*time.Minute, "the running batches to finish with Temporal down", func() bool { return held() == 0 })
 	_ = s.Store.Pool().QueryRow(bg, `SELECT count(*) FROM pages`).Scan(&after)
 	if err := tmp.Restart(bg); err != nil {
 		t.Fatal(err)

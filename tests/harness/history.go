@@ -14,12 +14,18 @@ import (
 )
 
 // RecordHistory writes the workflow's (latest run's) history to
-// workflows/testdata/<name>.json when SPIDERPOOL_RECORD_HISTORIES=1, for
-// the replay tests to guard. `make histories` re-records them all.
+// workflows/testdata/<set>/<name>.json when SPIDERPOOL_RECORD_HISTORIES
+// names the set (the release being made, e.g. v0.2.0), for the replay
+// tests to guard. A history once recorded is never written over: the
+// histories of every release stay, and replay guards them all.
 func RecordHistory(t testing.TB, c client.Client, workflowID, name string) {
 	t.Helper()
-	if os.Getenv("SPIDERPOOL_RECORD_HISTORIES") != "1" {
+	set := os.Getenv("SPIDERPOOL_RECORD_HISTORIES")
+	if set == "" {
 		return
+	}
+	if !validSet(set) {
+		t.Fatalf("SPIDERPOOL_RECORD_HISTORIES=%q: want the name of a history set, like v0.2.0", set)
 	}
 	var h historypb.History
 	it := c.GetWorkflowHistory(context.Background(), workflowID, "", false, 0)
@@ -38,13 +44,34 @@ func RecordHistory(t testing.TB, c client.Client, workflowID, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(root, "workflows", "testdata", name+".json")
-	if err := os.WriteFile(path, append(doc, '\n'), 0o644); err != nil {
+	dir := filepath.Join(root, "workflows", "testdata", set)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name+".json")
+	// O_EXCL: an existing history is a released one; record a new set.
+	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatalf("%v: recorded histories are never written over; record into a new set", err)
+	}
+	defer out.Close()
+	if _, err := out.Write(append(doc, '\n')); err != nil {
 		t.Fatal(err)
 	}
 	// The replay needs the workflow ID, which the events do not carry.
-	if err := os.WriteFile(filepath.Join(root, "workflows", "testdata", name+".id"), []byte(workflowID+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, name+".id"), []byte(workflowID+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("recorded %d events of %s in %s", len(h.Events), workflowID, path)
+}
+
+// validSet accepts a history set's name: a folder of letters, digits, '.',
+// '_' and '-'.
+func validSet(s string) bool {
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return s != "" && s != "." && s != ".."
 }
