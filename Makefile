@@ -11,19 +11,20 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export SPIDERPOOL_TEMPORAL_BIN := $(BIN)/temporal
 
 # Packages under the race detector (activities starts its own Postgres).
-UNIT_PKGS := ./ring/... ./campaign/... ./crawl/... ./fetch/... ./workflows/... ./config/... ./activities/... \
+UNIT_PKGS := ./ring/... ./campaign/... ./crawl/... ./fetch/... ./workflows/... ./config/... ./activities/... ./store/... \
 	./archive/... ./metrics/... ./control/... ./cmd/... ./workers/... ./devstack/... ./schema/...
 
-.PHONY: help tools postgres build test test-unit test-integration demo dev histories fuzz vet clean bench bench-scale
+.PHONY: help tools postgres build test test-unit test-integration demo dev histories fuzz vet clean bench bench-scale bench-polite
 
 help:
 	@echo "make demo   - run the local stack and crawl the bundled synthetic web"
 	@echo "make test   - everything the tests need, then all tests"
 	@echo "make dev    - run the local stack until Ctrl-C (bin/spiderpool dev)"
-	@echo "make histories - re-record the workflow histories the replay tests guard"
+	@echo "make histories - record this release's workflow histories (HISTORY_SET) for the replay tests"
 	@echo "make fuzz   - run each fuzz target for FUZZTIME (default 30s)"
 	@echo "make bench  - spiderpool vs Colly on a 100k-page web, and the hot paths; updates README"
 	@echo "make bench-scale - spiderpool at 10k, 100k and 1M pages; updates README"
+	@echo "make bench-polite - politeness efficiency: 500 polite hosts, slow hosts, campaigns sharing nodes or hosts; updates README"
 
 tools: $(BIN)/temporal postgres
 
@@ -57,7 +58,7 @@ test-unit:
 
 # Real Postgres and the real Temporal dev server, started by the tests.
 test-integration: tools
-	$(GO) test -count=1 -timeout 15m ./store/... ./tests/...
+	$(GO) test -count=1 -timeout 20m ./tests/...
 
 demo: tools build
 	$(BIN)/demo
@@ -65,9 +66,12 @@ demo: tools build
 dev: tools build
 	$(BIN)/spiderpool dev
 
+# Histories are recorded once per release into workflows/testdata/$(HISTORY_SET)
+# and never written over: replay guards every release's runs.
+HISTORY_SET ?= v0.2.0
 histories: tools
-	SPIDERPOOL_RECORD_HISTORIES=1 $(GO) test -count=1 -run 'TestCrawlFetchesEveryPageExactlyOnce|TestReweightAndDrainMidCampaign|TestTemporalCLIStartsCampaignWithDefaults' ./tests/integration/
-	SPIDERPOOL_RECORD_HISTORIES=1 $(GO) test -count=1 -run 'TestKilledNodeLosesNothing|TestDrainThenStop' ./tests/chaos/
+	SPIDERPOOL_RECORD_HISTORIES=$(HISTORY_SET) $(GO) test -count=1 -run 'TestCrawlFetchesEveryPageExactlyOnce|TestReweightAndDrainMidCampaign|TestTemporalCLIStartsCampaignWithDefaults' ./tests/integration/
+	SPIDERPOOL_RECORD_HISTORIES=$(HISTORY_SET) $(GO) test -count=1 -run 'TestKilledNodeLosesNothing|TestDrainThenStop' ./tests/chaos/
 	$(GO) test -count=1 -run TestReplayRecordedHistories ./workflows/
 
 # The benchmark is its own module (bench/go.mod): Colly never enters spiderpool's.
@@ -78,6 +82,9 @@ bench: tools build
 
 bench-scale: tools build
 	cd bench && $(GO) build -o $(BIN)/bench . && $(BIN)/bench scale -spiderpool $(BIN)/spiderpool && $(BIN)/bench readme
+
+bench-polite: tools build
+	cd bench && $(GO) build -o $(BIN)/bench . && $(BIN)/bench polite -spiderpool $(BIN)/spiderpool && $(BIN)/bench readme
 
 FUZZTIME ?= 30s
 fuzz:

@@ -20,6 +20,7 @@ type results struct {
 	Compare *compareRun   `json:"compare,omitempty"`
 	Scale   []scalePoint  `json:"scale,omitempty"`
 	Micro   []microResult `json:"micro,omitempty"`
+	Polite  *politeRun    `json:"polite,omitempty"`
 }
 
 type compareRun struct {
@@ -110,7 +111,7 @@ func runCompare(args []string) error {
 		return err
 	}
 	defer web.stop()
-	st, err := startStack(*bin, *nodes, *conc)
+	st, err := startStack(*bin, equalNodes(*nodes, *conc))
 	if err != nil {
 		return err
 	}
@@ -168,7 +169,7 @@ func runScale(args []string) error {
 	bin := fs.String("spiderpool", "../bin/spiderpool", "the spiderpool binary")
 	out := fs.String("out", "results.json", "results file")
 	fs.Parse(args)
-	st, err := startStack(*bin, *nodes, *conc)
+	st, err := startStack(*bin, equalNodes(*nodes, *conc))
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@
 //
 //	bench run     alternate spiderpool and Colly crawls, write results.json
 //	bench scale   spiderpool alone at several sizes
+//	bench polite  politeness efficiency: many hosts, slow hosts, campaigns sharing nodes or hosts
 //	bench micro   the hot-path microbenchmarks (go test -bench)
 //	bench serve   the synthetic web as a process, with counters (internal)
 //	bench colly   one Colly crawl as a process (internal)
@@ -17,7 +18,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: bench run|scale|micro|serve|colly|readme [flags]")
+		fmt.Fprintln(os.Stderr, "usage: bench run|scale|polite|micro|serve|colly|readme [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -26,6 +27,8 @@ func main() {
 		err = runCompare(os.Args[2:])
 	case "scale":
 		err = runScale(os.Args[2:])
+	case "polite":
+		err = runPolite(os.Args[2:])
 	case "micro":
 		err = runMicro(os.Args[2:])
 	case "serve":

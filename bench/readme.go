@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -39,6 +40,9 @@ func readme(args []string) error {
 		}
 		b.WriteString("\n")
 	}
+	if p := r.Polite; p != nil && len(p.Scenarios) > 0 {
+		writePolite(&b, p)
+	}
 	if len(r.Micro) > 0 {
 		b.WriteString("**Hot paths** (`go test -bench`):\n\n| benchmark | time/op | B/op | allocs/op |\n|---|---|---|---|\n")
 		for _, m := range r.Micro {
@@ -68,4 +72,35 @@ func nsText(ns float64) string {
 		return fmt.Sprintf("%.2f µs", ns/1e3)
 	}
 	return fmt.Sprintf("%.1f ns", ns)
+}
+
+// writePolite is the polite scenarios' table and the figures beyond it.
+func writePolite(b *strings.Builder, p *politeRun) {
+	weights := make([]string, len(p.NodeWeights))
+	for i, w := range p.NodeWeights {
+		weights[i] = strconv.FormatFloat(w, 'g', -1, 64)
+	}
+	fmt.Fprintf(b, "**Politeness efficiency** (`make bench-polite`, measured %s): pages ÷ (seconds × bound), the bound being the sum over hosts of the rate politeness allows each (the lesser of 1/min_delay and max_concurrency_per_host/latency). Every host's root is a seed, so the bound holds from the first second. Full stack: %d nodes weighted %s, node defaults otherwise; seconds from the workflow's start to its result; duplicates and misses from the synthetic web's log, per user agent.",
+		p.Date, len(p.NodeWeights), strings.Join(weights, ", "))
+	if p.Scale != 1 {
+		fmt.Fprintf(b, " Scaled down: hosts and pages per host ×%g.", p.Scale)
+	}
+	b.WriteString("\n\n| scenario | campaign | hosts × pages | min delay, concurrency | pages | seconds | bound (pages/s) | efficiency | duplicates | missed | gaps < min delay | reroutes | node states | workflow runs | history events | per 1,000 pages |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, sc := range p.Scenarios {
+		for _, c := range sc.Campaigns {
+			fmt.Fprintf(b, "| %d. %s | %s | %d × %d | %s, %d | %d | %.1f | %.1f | **%.1f%%** | %d | %d | %d | %d | %s | %d | %d | %.0f |\n",
+				sc.ID, sc.Title, c.Name, c.Hosts, c.WebPages/max(c.Hosts, 1), c.MinDelay, c.Concurrency, c.Pages, c.Seconds, c.Bound,
+				100*c.Efficiency, c.Duplicates, c.Missing, c.GapsUnderMinDelay, c.Rerouted, strings.Join(c.NodeStates, ", "), c.Runs, c.HistoryEvents, c.EventsPer1000)
+		}
+	}
+	b.WriteString("\n")
+	var notes []string
+	for _, sc := range p.Scenarios {
+		for _, line := range politeNotes(sc) {
+			notes = append(notes, fmt.Sprintf("- Scenario %d, %s.\n", sc.ID, line))
+		}
+	}
+	if len(notes) > 0 {
+		b.WriteString(strings.Join(notes, "") + "\n")
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -29,18 +30,34 @@ type stack struct {
 	pg       *devstack.Postgres
 	temporal *devstack.Temporal
 	bin      string
+	nodes    nodePlan
 	runs     int
-	nodes    int
-	conc     int
 }
 
-func startStack(bin string, nodes, conc int) (*stack, error) {
+// nodePlan is the node processes each run starts: one per weight.
+type nodePlan struct {
+	weights []float64
+	// concurrency is each node's --fetch-concurrency; 0 keeps the node's
+	// default.
+	concurrency int
+}
+
+// equalNodes is n nodes of weight 1.
+func equalNodes(n, concurrency int) nodePlan {
+	p := nodePlan{concurrency: concurrency}
+	for range n {
+		p.weights = append(p.weights, 1)
+	}
+	return p
+}
+
+func startStack(bin string, nodes nodePlan) (*stack, error) {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "spiderpool-bench-")
 	if err != nil {
 		return nil, err
 	}
-	s := &stack{dir: dir, bin: bin, nodes: nodes, conc: conc}
+	s := &stack{dir: dir, bin: bin, nodes: nodes}
 	if s.pg, err = devstack.StartPostgres(ctx, devstack.PostgresOptions{}); err != nil {
 		return nil, err
 	}
@@ -58,6 +75,110 @@ func (s *stack) stop() {
 	os.RemoveAll(s.dir)
 }
 
+// nodeSet is one run's nodes: a fresh database and control queue, the node
+// processes of the stack's plan, all registered, and a client for starting
+// campaigns.
+type nodeSet struct {
+	n         int // the stack's run number: campaign IDs use it
+	procs     []*exec.Cmd
+	client    client.Client
+	campaigns *control.Campaigns
+}
+
+// startNodes starts the nodes of the stack's plan on a fresh database and
+// waits until all have registered.
+func (s *stack) startNodes() (_ *nodeSet, err error) {
+	ctx := context.Background()
+	s.runs++
+	r := &nodeSet{n: s.runs}
+	defer func() {
+		if err != nil {
+			r.stop()
+		}
+	}()
+	db, err := s.pg.CreateDatabase(ctx, fmt.Sprintf("bench_%d", s.runs))
+	if err != nil {
+		return nil, err
+	}
+	cfg := config.Default()
+	cfg.DatabaseURL, cfg.TemporalAddress = db, s.temporal.Address()
+	cfg.ControlQueue = fmt.Sprintf("bench.%d", s.runs)
+	for i, w := range s.nodes.weights {
+		id := fmt.Sprintf("bench%d-n%d", s.runs, i+1)
+		args := []string{"worker", "--node", id, "--weight", strconv.FormatFloat(w, 'g', -1, 64),
+			"--allow-private-networks", "--log-level", "warn"}
+		if s.nodes.concurrency > 0 {
+			args = append(args, "--fetch-concurrency", strconv.Itoa(s.nodes.concurrency))
+		}
+		if base := os.Getenv("BENCH_PPROF_BASE"); base != "" { // profile the nodes: 127.0.0.1:<base+i>
+			port, _ := strconv.Atoi(base)
+			args = append(args, "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port+i))
+		}
+		p := exec.Command(s.bin, args...)
+		p.Env = append(os.Environ(), config.EnvDatabaseURL+"="+db, config.EnvTemporalAddress+"="+cfg.TemporalAddress,
+			config.EnvControlQueue+"="+cfg.ControlQueue)
+		p.Stderr = os.Stderr
+		p.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := p.Start(); err != nil {
+			return nil, err
+		}
+		r.procs = append(r.procs, p)
+	}
+	if err := waitRegistered(ctx, db, len(s.nodes.weights)); err != nil {
+		return nil, err
+	}
+	if r.client, err = control.Dial(ctx, cfg, slog.New(slog.DiscardHandler)); err != nil {
+		return nil, err
+	}
+	r.campaigns = &control.Campaigns{Client: r.client, Queue: cfg.ControlQueue}
+	return r, nil
+}
+
+// waitRegistered waits until n nodes are alive in the registry at db.
+func waitRegistered(ctx context.Context, db string, n int) error {
+	st, err := store.Open(ctx, db, 2, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	for deadline := time.Now().Add(time.Minute); ; {
+		nodes, err := st.Nodes(ctx, nil)
+		alive := 0
+		for _, n := range nodes {
+			if n.Alive {
+				alive++
+			}
+		}
+		if err == nil && alive == n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nodes did not register")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// peakRSS is the nodes' peak resident sets, summed, in bytes.
+func (r *nodeSet) peakRSS() int64 {
+	var rss int64
+	for _, p := range r.procs {
+		rss += peakRSS(p.Process.Pid)
+	}
+	return rss
+}
+
+// stop stops the nodes (SIGTERM, as an operator would) and waits for them.
+func (r *nodeSet) stop() {
+	if r.client != nil {
+		r.client.Close()
+	}
+	for _, p := range r.procs {
+		p.Process.Signal(syscall.SIGTERM)
+		p.Wait()
+	}
+}
+
 // spiderpoolResult is a crawl plus what only spiderpool reports.
 type spiderpoolResult struct {
 	crawlResult
@@ -69,111 +190,68 @@ type spiderpoolResult struct {
 // database, timing it from the workflow's start to its result.
 func (s *stack) crawl(seed string, maxDepth int) (spiderpoolResult, error) {
 	ctx := context.Background()
-	s.runs++
-	db, err := s.pg.CreateDatabase(ctx, fmt.Sprintf("bench_%d", s.runs))
+	r, err := s.startNodes()
 	if err != nil {
 		return spiderpoolResult{}, err
 	}
-	cfg := config.Default()
-	cfg.DatabaseURL, cfg.TemporalAddress = db, s.temporal.Address()
-	cfg.ControlQueue = fmt.Sprintf("bench.%d", s.runs)
-	var procs []*exec.Cmd
-	defer func() {
-		for _, p := range procs {
-			p.Process.Signal(syscall.SIGTERM)
-			p.Wait()
-		}
-	}()
-	for i := range s.nodes {
-		id := fmt.Sprintf("bench%d-n%d", s.runs, i+1)
-		args := []string{"worker", "--node", id, "--weight", "1", "--fetch-concurrency", strconv.Itoa(s.conc),
-			"--allow-private-networks", "--log-level", "warn"}
-		if base := os.Getenv("BENCH_PPROF_BASE"); base != "" { // profile the nodes: 127.0.0.1:<base+i>
-			port, _ := strconv.Atoi(base)
-			args = append(args, "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port+i))
-		}
-		p := exec.Command(s.bin, args...)
-		p.Env = append(os.Environ(), config.EnvDatabaseURL+"="+db, config.EnvTemporalAddress+"="+cfg.TemporalAddress,
-			config.EnvControlQueue+"="+cfg.ControlQueue)
-		p.Stderr = os.Stderr
-		p.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := p.Start(); err != nil {
-			return spiderpoolResult{}, err
-		}
-		procs = append(procs, p)
-	}
-	st, err := store.Open(ctx, db, 2, 10*time.Second)
-	if err != nil {
-		return spiderpoolResult{}, err
-	}
-	defer st.Close()
-	for deadline := time.Now().Add(time.Minute); ; {
-		nodes, err := st.Nodes(ctx, nil)
-		alive := 0
-		for _, n := range nodes {
-			if n.Alive {
-				alive++
-			}
-		}
-		if err == nil && alive == s.nodes {
-			break
-		}
-		if time.Now().After(deadline) {
-			return spiderpoolResult{}, fmt.Errorf("nodes did not register")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	c, err := control.Dial(ctx, cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		return spiderpoolResult{}, err
-	}
-	defer c.Close()
-	cs := &control.Campaigns{Client: c, Queue: cfg.ControlQueue}
+	defer r.stop()
 	spec := campaign.Spec{
 		Seeds:      []string{seed},
 		Scope:      campaign.Scope{AllowedDomains: []string{"127.0.0.1"}},
 		Limits:     campaign.Limits{MaxDepth: &maxDepth},
 		Politeness: campaign.Politeness{MaxConcurrencyPerHost: 4},
 	}
-	id := fmt.Sprintf("bench-%d", s.runs)
+	id := fmt.Sprintf("bench-%d", r.n)
 	start := time.Now()
-	run, err := cs.Start(ctx, id, spec)
+	wr, err := r.campaigns.Start(ctx, id, spec)
 	if err != nil {
 		return spiderpoolResult{}, err
 	}
 	var sum campaign.Summary
-	if err := run.Get(ctx, &sum); err != nil {
+	if err := wr.Get(ctx, &sum); err != nil {
 		return spiderpoolResult{}, err
 	}
 	elapsed := time.Since(start)
-	var rss int64
-	for _, p := range procs {
-		rss += peakRSS(p.Process.Pid)
-	}
-	r := spiderpoolResult{
-		crawlResult: crawlResult{Pages: sum.Fetched, Seconds: elapsed.Seconds(), PeakRSSMB: float64(rss) / (1 << 20)},
+	res := spiderpoolResult{
+		crawlResult: crawlResult{Pages: sum.Fetched, Seconds: elapsed.Seconds(), PeakRSSMB: float64(r.peakRSS()) / (1 << 20)},
 		Runs:        sum.Runs,
 	}
-	r.MaxHistoryEvents, err = maxHistory(ctx, c, id)
-	return r, err
+	lengths, err := runHistories(ctx, r.client, id, sum.Runs)
+	res.MaxHistoryEvents = slices.Max(append(lengths, 0))
+	return res, err
 }
 
-// maxHistory is the largest history of the campaign's runs.
-func maxHistory(ctx context.Context, c client.Client, id string) (int64, error) {
-	var most int64
-	var token []byte
-	for {
-		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Query: fmt.Sprintf("WorkflowId = %q", id), NextPageToken: token,
-		})
-		if err != nil {
-			return 0, err
+// runHistories is the history length of each of the campaign's workflow
+// runs, from visibility. A run that just closed may take a moment to show
+// there, so it waits (up to a minute) until runs closed runs are listed.
+func runHistories(ctx context.Context, c client.Client, id string, runs int) ([]int64, error) {
+	for deadline := time.Now().Add(time.Minute); ; {
+		var lengths []int64
+		closed := 0
+		var token []byte
+		for {
+			resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+				Query: fmt.Sprintf("WorkflowId = %q", id), NextPageToken: token,
+			})
+			if err != nil {
+				return nil, err
+			}
+			for _, e := range resp.GetExecutions() {
+				lengths = append(lengths, e.GetHistoryLength())
+				if e.GetCloseTime() != nil {
+					closed++
+				}
+			}
+			if token = resp.GetNextPageToken(); len(token) == 0 {
+				break
+			}
 		}
-		for _, e := range resp.GetExecutions() {
-			most = max(most, e.GetHistoryLength())
+		if closed >= runs {
+			return lengths, nil
 		}
-		if token = resp.GetNextPageToken(); len(token) == 0 {
-			return most, nil
+		if time.Now().After(deadline) {
+			return lengths, fmt.Errorf("campaign %s: visibility lists %d closed runs after a minute, the campaign took %d", id, closed, runs)
 		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -1,8 +1,9 @@
 // Package synthweb serves a deterministic synthetic web on loopback: many
 // hosts (one listener each on 127.0.0.1), a fixed link graph in which every
 // page is reachable from the first host's root, configurable latency and
-// failures, and an access log that counts every request. The log is the
-// ground truth for "every page fetched exactly once".
+// failures, and an access log that counts every request, by User-Agent too.
+// The log is the ground truth for "every page fetched exactly once", also
+// when several crawls with different user agents share one web.
 package synthweb
 
 import (
@@ -31,6 +32,9 @@ type Config struct {
 	CrossHostFraction float64
 	// Latency delays every response.
 	Latency time.Duration
+	// HostLatency delays host h's responses by this instead of Latency
+	// (zero included): a few slow hosts among fast ones.
+	HostLatency map[int]time.Duration
 	// TransientFraction of pages answer 503 to their first
 	// TransientAttempts requests, then 200.
 	TransientFraction float64
@@ -47,8 +51,8 @@ type Config struct {
 	// Intercept sees every request to host h first; returning true means it
 	// answered (a 429, say) and the normal page is not served.
 	Intercept map[int]func(http.ResponseWriter, *http.Request) bool
-	// CountOnly keeps only per-URL request counts, not every request's
-	// time and status: for benchmarks of a million pages.
+	// CountOnly keeps only per-URL (and per-agent) request counts, not
+	// every request's time and status: for benchmarks of a million pages.
 	CountOnly bool
 	// PlainLinks writes links without fragments or upper-case schemes
 	// (relative and absolute forms still): for crawlers that would count
@@ -61,6 +65,7 @@ type Request struct {
 	At     time.Time
 	Path   string // with ?query when there is one
 	Status int
+	Agent  string // the User-Agent header
 }
 
 // Web is a running synthetic web.
@@ -71,11 +76,18 @@ type Web struct {
 	perHost []int // pages on each host
 
 	mu       sync.Mutex
-	hits     map[string]int         // "host:port/path" -> requests
+	hits     map[hit]int            // (agent, "host:port/path") -> requests
+	agents   map[string]string      // interned User-Agent values, so hits holds one copy each
 	times    map[string][]time.Time // host:port -> request arrival times
 	log      map[string][]Request   // host:port -> requests in order
 	failures map[string]int         // transient failures served per page
 	revived  bool                   // dead links answer 200 now
+}
+
+// hit keys the request counts: which URL, asked for by which agent.
+type hit struct {
+	agent string
+	url   string // host:port/path
 }
 
 // Start serves cfg on loopback.
@@ -83,7 +95,7 @@ func Start(cfg Config) (*Web, error) {
 	if cfg.Hosts < 1 || cfg.Pages < cfg.Hosts {
 		return nil, fmt.Errorf("synthweb: need at least one page per host, got %d pages over %d hosts", cfg.Pages, cfg.Hosts)
 	}
-	w := &Web{cfg: cfg, hits: map[string]int{}, times: map[string][]time.Time{}, log: map[string][]Request{}, failures: map[string]int{}}
+	w := &Web{cfg: cfg, hits: map[hit]int{}, agents: map[string]string{}, times: map[string][]time.Time{}, log: map[string][]Request{}, failures: map[string]int{}}
 	for h := range cfg.Hosts {
 		w.perHost = append(w.perHost, cfg.Pages/cfg.Hosts+boolInt(h < cfg.Pages%cfg.Hosts))
 	}
@@ -120,6 +132,16 @@ func (w *Web) Hosts() []string { return slices.Clone(w.hosts) }
 
 // Seed is the root of host 0, from which every page is reachable.
 func (w *Web) Seed() string { return "http://" + w.hosts[0] + "/" }
+
+// Roots lists every host's root URL. Each host's pages are a tree from its
+// own root, so seeding all of them starts a crawl on every host at once.
+func (w *Web) Roots() []string {
+	out := make([]string, len(w.hosts))
+	for h, host := range w.hosts {
+		out[h] = "http://" + host + "/"
+	}
+	return out
+}
 
 // URL is the canonical URL of page i on host h.
 func (w *Web) URL(h, i int) string { return "http://" + w.hosts[h] + pagePath(i) }
@@ -177,7 +199,20 @@ func (w *Web) Hits() map[string]int {
 	defer w.mu.Unlock()
 	out := make(map[string]int, len(w.hits))
 	for k, v := range w.hits {
-		out["http://"+k] = v
+		out["http://"+k.url] += v
+	}
+	return out
+}
+
+// HitsBy is Hits counting only requests whose User-Agent was agent.
+func (w *Web) HitsBy(agent string) map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range w.hits {
+		if k.agent == agent {
+			out["http://"+k.url] += v
+		}
 	}
 	return out
 }
@@ -211,13 +246,18 @@ func (w *Web) Log(host string) []Request {
 func (w *Web) Reset() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.hits, w.times, w.log, w.failures = map[string]int{}, map[string][]time.Time{}, map[string][]Request{}, map[string]int{}
+	w.hits, w.times, w.log, w.failures = map[hit]int{}, map[string][]time.Time{}, map[string][]Request{}, map[string]int{}
 }
 
 // Tally compares the requests served with the web: pages never requested,
 // and pages requested more often than a crawl fetching each once would.
-func (w *Web) Tally() (missing, duplicates int) {
-	hits := w.Hits()
+func (w *Web) Tally() (missing, duplicates int) { return w.tally(w.Hits()) }
+
+// TallyAgent is Tally over the requests of one User-Agent: for crawls that
+// share a web, each checked for every page fetched exactly once.
+func (w *Web) TallyAgent(agent string) (missing, duplicates int) { return w.tally(w.HitsBy(agent)) }
+
+func (w *Web) tally(hits map[string]int) (missing, duplicates int) {
 	for _, p := range w.Pages() {
 		switch n := hits[p]; {
 		case n == 0:
@@ -351,7 +391,12 @@ func (w *Web) handler(h int) http.Handler {
 		}
 		at := time.Now()
 		w.mu.Lock()
-		w.hits[host+key]++
+		agent, ok := w.agents[r.UserAgent()]
+		if !ok {
+			agent = r.UserAgent()
+			w.agents[agent] = agent
+		}
+		w.hits[hit{agent, host + key}]++
 		if !w.cfg.CountOnly {
 			w.times[host] = append(w.times[host], at)
 		}
@@ -360,13 +405,13 @@ func (w *Web) handler(h int) http.Handler {
 			rec := &statusRecorder{ResponseWriter: rw}
 			defer func() {
 				w.mu.Lock()
-				w.log[host] = append(w.log[host], Request{At: at, Path: key, Status: rec.status})
+				w.log[host] = append(w.log[host], Request{At: at, Path: key, Status: rec.status, Agent: agent})
 				w.mu.Unlock()
 			}()
 			rw = rec
 		}
-		if w.cfg.Latency > 0 {
-			time.Sleep(w.cfg.Latency)
+		if d := w.latency(h); d > 0 {
+			time.Sleep(d)
 		}
 		if intercept := w.cfg.Intercept[h]; intercept != nil && intercept(rw, r) {
 			return
@@ -412,6 +457,14 @@ func (w *Web) handler(h int) http.Handler {
 		b.WriteString("</body></html>\n")
 		_, _ = rw.Write([]byte(b.String()))
 	})
+}
+
+// latency is how long host h takes to answer.
+func (w *Web) latency(h int) time.Duration {
+	if d, ok := w.cfg.HostLatency[h]; ok {
+		return d
+	}
+	return w.cfg.Latency
 }
 
 // custom finds a Config.Custom handler for path on host h.
