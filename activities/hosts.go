@@ -330,14 +330,16 @@ func (h *host) setCrawlDelay(d time.Duration) {
 }
 
 // spacing is the least time between two starts: the delay with a margin
-// of 1% and 15 ms, so the host sees at least the delay between arrivals
-// whatever the jitter of scheduling on a busy node.
+// of 0.5% and 10 ms, for the jitter between a request leaving this node
+// and the host taking it in. Gaps count from when a request was on the
+// wire (see observe), so time a busy node takes to send one never
+// shortens the next gap.
 func spacing(delay, extra time.Duration) time.Duration {
 	d := delay + extra
 	if d <= 0 {
 		return 0
 	}
-	return d + d/100 + 15*time.Millisecond
+	return d + d/200 + 10*time.Millisecond
 }
 
 // turn waits for the host's claim, a concurrency slot and the host's pace,
@@ -596,6 +598,13 @@ func (h *host) observe(ctx context.Context, r *fetch.Response, maxRetryAfter tim
 	case h.errRate < errFast:
 		if h.extra /= 2; h.extra < 50*time.Millisecond {
 			h.extra = 0
+		}
+	}
+	// The request may have reached the host later than its turn began (a
+	// dial, a busy machine, a slow accept): the next one counts from then.
+	if !r.ReachedBy.IsZero() {
+		if n := r.ReachedBy.Add(h.gapLocked()); n.After(h.next) {
+			h.next = n
 		}
 	}
 	if pause > 0 {

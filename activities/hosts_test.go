@@ -94,3 +94,18 @@ func TestLatencyIsLearned(t *testing.T) {
 		t.Fatalf("latency %v after answers of a second", h.latency)
 	}
 }
+
+// TestGapCountsFromTheWire: a request that went out late (a dial, a busy
+// machine) moves the host's next start, so the host never sees two
+// requests closer than its delay.
+func TestGapCountsFromTheWire(t *testing.T) {
+	h := testHost()
+	h.enter(1, time.Second, 1)
+	h.last = time.Now()
+	h.next = h.last.Add(spacing(time.Second, 0))
+	wrote := h.last.Add(300 * time.Millisecond)
+	h.observe(context.Background(), &fetch.Response{Status: 200, Duration: time.Second, ReachedBy: wrote}, time.Minute)
+	if min := wrote.Add(time.Second); h.next.Before(min) {
+		t.Fatalf("next start %v after a request written at %v, want at least %v", h.next, wrote, min)
+	}
+}

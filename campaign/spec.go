@@ -186,7 +186,7 @@ const (
 	DefaultMaxLinksPerPage = 1000
 	DefaultConcurrency     = 2
 	DefaultMaxAttempts     = 3
-	DefaultBatchSize       = 200
+	DefaultBatchSize       = 1000
 	DefaultWindowPerNode   = 4
 	DefaultHistoryEvents   = 10_000
 )

@@ -16,6 +16,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -57,13 +58,46 @@ type Response struct {
 	// The exchange as it went, for archiving (see package archive): when
 	// the request was sent, the request and response headers, the
 	// protocol, and whether the transport decompressed the body.
-	Sent          time.Time
+	Sent time.Time
+	// ReachedBy is when the host surely had the request: when it was
+	// written, on a connection the host had already accepted; when the
+	// answer began, on a new one (a busy server may take a while to accept
+	// it). Zero if it never went. Politeness counts a host's gaps from here.
+	ReachedBy     time.Time
 	RequestHeader http.Header
 	Header        http.Header
 	Proto         string
 	Decompressed  bool
 	// Err is a transport failure: no status, or the body broke off.
 	Err error
+}
+
+// reachedBy traces when the host surely had a request (Response.ReachedBy).
+type reachedBy struct {
+	reused    atomic.Bool
+	wrote     atomic.Int64
+	firstByte atomic.Int64
+}
+
+func (r *reachedBy) trace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GotConn:              func(c httptrace.GotConnInfo) { r.reused.Store(c.Reused) },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { r.wrote.Store(time.Now().UnixNano()) },
+		GotFirstResponseByte: func() { r.firstByte.Store(time.Now().UnixNano()) },
+	}
+}
+
+func (r *reachedBy) at() time.Time {
+	ns := r.wrote.Load()
+	if !r.reused.Load() {
+		if fb := r.firstByte.Load(); fb != 0 {
+			ns = fb
+		}
+	}
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // IsHTML says whether the response is a document to take links from.
@@ -123,7 +157,10 @@ func (f *Fetcher) Get(ctx context.Context, url string, o Options) Response {
 	req.Header.Set("User-Agent", o.UserAgent)
 	req.Header.Set("Accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.5")
 	r.Sent, r.RequestHeader = start, req.Header
+	var reached reachedBy
+	req = req.WithContext(httptrace.WithClientTrace(ctx, reached.trace()))
 	resp, err := f.client.Do(req)
+	r.ReachedBy = reached.at()
 	if err != nil {
 		r.Err, r.Duration = err, time.Since(start)
 		return r

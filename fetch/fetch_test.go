@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -194,5 +195,36 @@ func TestStalledBodyTimesOut(t *testing.T) {
 	r := New(4, Guard{AllowPrivate: true}).Get(context.Background(), url, o)
 	if !errors.Is(r.Err, ErrStalled) || Classify(&r, nil) != Transient || !strings.HasPrefix(Describe(&r), "timeout: ") || !strings.Contains(Describe(&r), "body stalled") {
 		t.Fatalf("stalled body: err %v describe %q", r.Err, Describe(&r))
+	}
+}
+
+// TestReachedByIsNeverBeforeTheHostHadTheRequest: on a new connection the
+// host may take the request in long after it was written, so ReachedBy is
+// no earlier than the server's own arrival time; on a kept-alive one it is
+// when the request went, before the answer.
+func TestReachedByIsNeverBeforeTheHostHadTheRequest(t *testing.T) {
+	const think = 50 * time.Millisecond
+	var mu sync.Mutex
+	var arrivals []time.Time
+	url := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrivals = append(arrivals, time.Now())
+		mu.Unlock()
+		time.Sleep(think)
+		w.Write([]byte("ok"))
+	})
+	f := New(4, Guard{AllowPrivate: true})
+	first := f.Get(context.Background(), url, opts())
+	second := f.Get(context.Background(), url, opts())
+	mu.Lock()
+	defer mu.Unlock()
+	if first.Err != nil || second.Err != nil || len(arrivals) != 2 {
+		t.Fatalf("errors %v, %v; %d requests arrived", first.Err, second.Err, len(arrivals))
+	}
+	if first.ReachedBy.Before(arrivals[0]) {
+		t.Fatalf("new connection: reached by %v, but the server had it at %v", first.ReachedBy, arrivals[0])
+	}
+	if second.ReachedBy.Before(second.Sent) || !second.ReachedBy.Before(arrivals[1].Add(think)) {
+		t.Fatalf("kept-alive connection: reached by %v, sent %v, answered after %v", second.ReachedBy, second.Sent, arrivals[1].Add(think))
 	}
 }

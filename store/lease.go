@@ -174,7 +174,7 @@ func spacingOf(delay time.Duration) time.Duration {
 	if delay <= 0 {
 		return 0
 	}
-	return delay + delay/100 + 5*time.Millisecond
+	return delay + delay/200 + 10*time.Millisecond
 }
 
 // leasePlan is what one lease takes: URLs per host, grouped by owner.
