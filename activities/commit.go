@@ -148,7 +148,7 @@ func (c *committer) flush(chunk []settlement) {
 				return err
 			}
 			for _, l := range found { // all in the frontier now, inserted or not
-				seen.add(l.Fingerprint)
+				seen.add(l)
 			}
 		}
 		for lease, ids := range back {

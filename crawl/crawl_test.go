@@ -131,6 +131,7 @@ func TestScope(t *testing.T) {
 		{"http://example.com/a", 0, InScope},
 		{"http://notexample.com/a", 0, OutOfScopeHost},
 		{"http://example.com/a", 3, TooDeep},
+		{"http://notexample.com/a", 3, OutOfScopeHost}, // never recorded as too deep
 		{"http://example.com/private/x", 0, Excluded},
 		{"http://example.com/" + strings.Repeat("x", 60), 0, TooLong},
 	} {

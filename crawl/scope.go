@@ -45,18 +45,23 @@ const (
 // Recorded says whether a URL refused for this verdict is kept in the
 // frontier as excluded, with the verdict as its reason. Trap verdicts are
 // (the crawl stopped there and should say so); being off the scope's hosts
-// or patterns is not, or every external link would be stored.
+// or patterns is not, or every external link would be stored. TooDeep is
+// about the path that found a URL, not the URL: a URL recorded for it is
+// queued again if a link within limits.max_depth turns up later (see
+// store.InsertURLs).
 func (v Verdict) Recorded() bool {
 	return v == TooDeep || v == TooLong || v == RepeatedPath
 }
 
-// Check returns InScope or the first rule u breaks at depth.
+// Check returns InScope or the first rule u breaks at depth. Being off
+// the scope's hosts comes first: an external link is never recorded, at
+// any depth.
 func (s *Scope) Check(u URL, depth int) Verdict {
-	if s.MaxDepth >= 0 && depth > s.MaxDepth {
-		return TooDeep
-	}
 	if !s.hostAllowed(u) {
 		return OutOfScopeHost
+	}
+	if s.MaxDepth >= 0 && depth > s.MaxDepth {
+		return TooDeep
 	}
 	if s.MaxURLLength > 0 && len(u.String) > s.MaxURLLength {
 		return TooLong

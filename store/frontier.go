@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/crawl"
 )
 
 // URL states, as in the url_state enum.
@@ -23,7 +24,8 @@ const (
 )
 
 // NewURL is a URL to add to the frontier. Adding one whose fingerprint the
-// campaign already has is a no-op: that is the dedup.
+// campaign already has inserts nothing: that is the dedup. It may still
+// give the known URL a shallower depth (see InsertURLs).
 type NewURL struct {
 	Fingerprint uint64
 	URL         string // canonical
@@ -39,7 +41,17 @@ type NewURL struct {
 
 // InsertURLs adds urls to the campaign's frontier and returns how many were
 // new.
+//
+// Which link to a URL turns up first must not decide how deep the URL is,
+// nor whether it is crawled at all: a queued (not excluded) link shallower
+// than a URL already known gives it its depth, parent and redirects, if
+// the URL still waits to be crawled (pending) or was excluded only for
+// being too deep, which queues it again. URLs leased, fetched, failed or
+// excluded for any other reason keep their row. Such URLs are not new,
+// and not counted: what is counted is rows inserted, the campaign's
+// "discovered".
 func (s *Store) InsertURLs(ctx context.Context, campaignKey int64, urls []NewURL) (int, error) {
+	urls = oneLinkPerURL(urls)
 	var n int
 	err := s.retry(ctx, func() error {
 		var err error
@@ -49,23 +61,49 @@ func (s *Store) InsertURLs(ctx context.Context, campaignKey int64, urls []NewURL
 	if err != nil {
 		return 0, fmt.Errorf("insert %d URLs for campaign %d: %w", len(urls), campaignKey, err)
 	}
+	if n == len(urls) {
+		return n, nil // all new: none known to lower
+	}
+	// A retry of its own, so that one does not run the insert again and
+	// count its rows as known.
+	if err := s.retry(ctx, func() error { return s.takeShallowerLinks(ctx, campaignKey, urls) }); err != nil {
+		return 0, fmt.Errorf("lower the depth of known URLs for campaign %d: %w", campaignKey, err)
+	}
 	return n, nil
 }
 
-// insertURLs adds hosts not yet known, then the URLs, each statement on
-// its own: a hosts row without its URLs is harmless, and both are
-// idempotent, so a retry after a failure between them is safe. Rows go in
-// fingerprint order, and hosts in key order, so that concurrent batches
-// discovering the same links take their locks in one order and cannot
-// deadlock.
+// oneLinkPerURL keeps the link to each URL that InsertURLs should take:
+// queued before excluded, then the shallowest, then the one with the
+// fewest redirects. The links come out in fingerprint order, so that
+// concurrent batches discovering the same links take their locks in one
+// order and cannot deadlock.
+func oneLinkPerURL(urls []NewURL) []NewURL {
+	excluded := func(u NewURL) int {
+		if u.ExcludedBecause != "" {
+			return 1
+		}
+		return 0
+	}
+	urls = slices.Clone(urls)
+	slices.SortFunc(urls, func(a, b NewURL) int {
+		return cmp.Or(
+			cmp.Compare(a.Fingerprint, b.Fingerprint),
+			cmp.Compare(excluded(a), excluded(b)),
+			cmp.Compare(a.Depth, b.Depth),
+			cmp.Compare(a.Redirects, b.Redirects))
+	})
+	return slices.CompactFunc(urls, func(a, b NewURL) bool { return a.Fingerprint == b.Fingerprint })
+}
+
+// insertURLs adds hosts not yet known, then the URLs (one link per URL, in
+// fingerprint order), each statement on its own: a hosts row without its
+// URLs is harmless, and both are idempotent, so a retry after a failure
+// between them is safe. Hosts go in key order, for the same reason links
+// go in fingerprint order.
 func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL) (int, error) {
 	if len(urls) == 0 {
 		return 0, nil
 	}
-	urls = slices.Clone(urls)
-	slices.SortFunc(urls, func(a, b NewURL) int { return cmp.Compare(a.Fingerprint, b.Fingerprint) })
-	urls = slices.CompactFunc(urls, func(a, b NewURL) bool { return a.Fingerprint == b.Fingerprint })
-
 	keys := make([]string, 0, 4)
 	for _, u := range urls {
 		if _, known := s.knownHosts.Load(hostKey(campaignKey, u.ShardKey)); !known {
@@ -126,6 +164,72 @@ func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL
 		return 0, fmt.Errorf("add URLs: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// readmittedReason is the one exclusion a shallower link undoes: being too
+// deep is a fact about the path that found a URL, not about the URL.
+const readmittedReason = string(crawl.TooDeep)
+
+// takeShallowerLinks gives known URLs the depth, parent and redirects of
+// the queued links in urls that are shallower, if they are pending or
+// excluded as too deep (those are queued again, due now).
+//
+// It is a statement of its own, after the insert, rather than the
+// insert's ON CONFLICT DO UPDATE: that would lock, and so write to, the
+// row of every link already known (most links a page has), and make
+// concurrent commits of the same links queue behind each other. Here only
+// the rows that change are locked, in fingerprint order; and since it
+// runs after the insert has waited out any concurrent insert of the same
+// URLs, it sees their rows, so a shallow link is never lost to a deep one
+// committed at the same time. A concurrent change of a row (a lease, a
+// shallower link) is waited for and the row checked again.
+func (s *Store) takeShallowerLinks(ctx context.Context, campaignKey int64, urls []NewURL) error {
+	var (
+		fps              []int64
+		depth, redirects []int32
+		parent           []*int64
+		found            []*string
+	)
+	for i, u := range urls {
+		if u.ExcludedBecause != "" {
+			continue // not a path the crawl takes
+		}
+		fps = append(fps, int64(u.Fingerprint))
+		depth = append(depth, int32(u.Depth))
+		redirects = append(redirects, int32(u.Redirects))
+		parent = append(parent, nil)
+		if u.ParentID != 0 {
+			parent[len(parent)-1] = &urls[i].ParentID
+		}
+		found = append(found, nil)
+		if u.FoundAs != "" && u.FoundAs != u.URL {
+			found[len(found)-1] = &urls[i].FoundAs
+		}
+	}
+	if len(fps) == 0 {
+		return nil
+	}
+	_, err := s.pool.Exec(ctx, `
+		WITH closer AS (
+			SELECT f.id, l.depth, l.redirects, l.parent, l.found
+			FROM unnest($2::bigint[], $3::int[], $4::int[], $5::bigint[], $6::text[])
+			     AS l(fp, depth, redirects, parent, found)
+			JOIN frontier f ON f.campaign = $1 AND f.fingerprint = l.fp
+			WHERE f.depth > l.depth AND (f.state = 'pending' OR (f.state = 'excluded' AND f.last_error = $7))
+			ORDER BY f.fingerprint
+			FOR UPDATE OF f
+		)
+		UPDATE frontier f
+		SET depth = c.depth, redirects = c.redirects, parent_id = c.parent, found_as = c.found,
+		    next_attempt_at = CASE WHEN f.state = 'excluded' THEN now() ELSE f.next_attempt_at END,
+		    state = 'pending', last_error = NULL, finished_at = NULL
+		FROM closer c
+		WHERE f.id = c.id`,
+		campaignKey, fps, depth, redirects, parent, found, readmittedReason)
+	if err != nil {
+		return fmt.Errorf("take shallower links: %w", err)
+	}
+	return nil
 }
 
 // LeaseParams shapes one lease.
