@@ -149,13 +149,40 @@ type batch struct {
 	cancel  workflow.CancelFunc
 }
 
+// normalized is the spec with defaults filled in, or why it is invalid.
+type normalized struct {
+	Spec  campaign.Spec `json:"spec"`
+	Error string        `json:"error,omitempty"`
+}
+
+// normalize fills the spec's defaults in a side effect: the result is in
+// the history, so a default changed by a later release never changes what
+// a run in flight does on replay.
+func normalize(ctx workflow.Context, spec campaign.Spec) (campaign.Spec, error) {
+	var n normalized
+	err := workflow.SideEffect(ctx, func(workflow.Context) any {
+		s, err := spec.Normalize()
+		if err != nil {
+			return normalized{Error: err.Error()}
+		}
+		return normalized{Spec: s}
+	}).Get(&n)
+	switch {
+	case err != nil:
+		return campaign.Spec{}, err
+	case n.Error != "":
+		return campaign.Spec{}, errors.New(n.Error)
+	}
+	return n.Spec, nil
+}
+
 func newDispatcher(ctx workflow.Context, spec campaign.Spec, carry *campaign.Carry) (*dispatcher, error) {
 	info := workflow.GetInfo(ctx)
 	d := &dispatcher{
 		ctx: ctx, id: info.WorkflowExecution.ID,
 		nodes: map[string]*node{}, ring: ring.New(), state: "starting",
 	}
-	normalized, err := spec.Normalize()
+	normalized, err := normalize(ctx, spec)
 	if err != nil {
 		return nil, temporal.NewNonRetryableApplicationError("invalid campaign spec: "+err.Error(), "InvalidSpec", nil)
 	}

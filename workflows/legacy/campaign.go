@@ -116,11 +116,20 @@ type batch struct {
 	attempt int
 }
 
+// v01BatchSize is v0.1.0's default dispatch.batch_size.
+const v01BatchSize = 200
+
 func newDispatcher(ctx workflow.Context, spec campaign.Spec, carry *campaign.Carry) (*dispatcher, error) {
 	info := workflow.GetInfo(ctx)
 	d := &dispatcher{
 		ctx: ctx, id: info.WorkflowExecution.ID,
 		nodes: map[string]*node{}, ring: ring.New(), state: "starting",
+	}
+	// v0.1.0 filled its defaults here, in workflow code: a default changed
+	// since (batch_size) would change what a run in flight does on replay,
+	// so its own are pinned.
+	if spec.Dispatch.BatchSize == 0 {
+		spec.Dispatch.BatchSize = v01BatchSize
 	}
 	normalized, err := spec.Normalize()
 	if err != nil {
