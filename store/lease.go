@@ -83,9 +83,9 @@ func (s *Store) LeaseHosts(ctx context.Context, p HostLeaseParams) (campaign.Hos
 		if plan.eta > 0 && (left.nextDue == 0 || plan.eta < left.nextDue) {
 			lease.NextDue = campaign.Duration(plan.eta)
 		}
-		if budget == 0 && left.pendingFresh == left.pending {
-			lease.BudgetExhausted = true
-		}
+		// Spent only once no URL it admitted waits (in retry backoff, or
+		// handed back): those are still the campaign's to fetch.
+		lease.BudgetExhausted = budget == 0 && left.pendingFresh == left.pending
 		return nil
 	})
 	if err != nil {
@@ -261,7 +261,10 @@ func leaseRows(ctx context.Context, tx pgx.Tx, p HostLeaseParams, leaseID, budge
 			FROM want CROSS JOIN LATERAL (
 				SELECT id, depth, first_leased_at IS NULL AS fresh FROM frontier f
 				WHERE f.campaign = $1 AND f.host_id = want.host_id AND f.state = 'pending' AND f.next_attempt_at <= now()
-				ORDER BY f.depth, f.id
+				  AND ($4::bigint <> 0 OR f.first_leased_at IS NOT NULL)
+				-- Under a page budget, URLs it already admitted (back from
+				-- retry backoff, or handed back) first: fresh ones may not fit.
+				ORDER BY CASE WHEN $4::bigint >= 0 THEN f.first_leased_at IS NULL ELSE false END, f.depth, f.id
 				LIMIT want.take
 			) f
 		), picked AS (
