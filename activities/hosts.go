@@ -329,18 +329,11 @@ func (h *host) setCrawlDelay(d time.Duration) {
 	}
 }
 
-// spacing is the least time between two starts: the delay with a margin
-// of 0.5% and 10 ms, for the jitter between a request leaving this node
-// and the host taking it in. Gaps count from when a request was on the
-// wire (see observe), so time a busy node takes to send one never
-// shortens the next gap.
-func spacing(delay, extra time.Duration) time.Duration {
-	d := delay + extra
-	if d <= 0 {
-		return 0
-	}
-	return d + d/200 + 10*time.Millisecond
-}
+// spacing is the least time between two starts for a delay and an extra
+// back-off (store.Spacing). Gaps count from when a request was on the wire
+// (see observe), so time a busy node takes to send one never shortens the
+// next gap.
+func spacing(delay, extra time.Duration) time.Duration { return store.Spacing(delay + extra) }
 
 // turn waits for the host's claim, a concurrency slot and the host's pace,
 // then for a node-wide slot (take and give, from the caller), and only then

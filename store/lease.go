@@ -154,7 +154,7 @@ func dueHosts(ctx context.Context, tx pgx.Tx, p HostLeaseParams) ([]hostCandidat
 	if err != nil {
 		return nil, fmt.Errorf("hosts due: %w", err)
 	}
-	own := spacingOf(p.MinDelay)
+	own := Spacing(p.MinDelay)
 	cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (hostCandidate, error) {
 		var c hostCandidate
 		var intervalMs, latencyMs int64
@@ -168,9 +168,11 @@ func dueHosts(ctx context.Context, tx pgx.Tx, p HostLeaseParams) ([]hostCandidat
 	return cands, nil
 }
 
-// spacingOf is the least time between starts a delay makes: the delay with
-// the margin the nodes add (see activities' spacing).
-func spacingOf(delay time.Duration) time.Duration {
+// Spacing is the least time between two starts of requests to a host that
+// a delay makes: the delay with a margin of 0.5% and 10 ms, for the jitter
+// between a request leaving a node and the host taking it in. Nodes pace
+// hosts by it, and leasing sizes a host's work by it.
+func Spacing(delay time.Duration) time.Duration {
 	if delay <= 0 {
 		return 0
 	}
