@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/temporalproto"
@@ -28,7 +29,9 @@ func RecordHistory(t testing.TB, c client.Client, workflowID, name string) {
 		t.Fatalf("SPIDERPOOL_RECORD_HISTORIES=%q: want the name of a history set, like v0.2.0", set)
 	}
 	var h historypb.History
-	it := c.GetWorkflowHistory(context.Background(), workflowID, "", false, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	it := c.GetWorkflowHistory(ctx, workflowID, "", false, 0)
 	for it.HasNext() {
 		e, err := it.Next()
 		if err != nil {

@@ -80,11 +80,16 @@ func Cluster(t testing.TB) *devstack.Postgres {
 	return pgCluster
 }
 
+// testStatementTimeout bounds each query a test makes itself (in
+// milliseconds, as Postgres takes it): generous, but a bound.
+const testStatementTimeout = "120000"
+
 // NewDatabase creates an empty database for one test, migrated, and returns
 // its URL. It is dropped when the test ends.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	admin, err := adminURL()
 	if err != nil {
 		t.Fatalf("postgres: %v", err)
@@ -100,12 +105,14 @@ func NewDatabase(t testing.TB) string {
 	}
 	url := withDatabase(admin, name)
 	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), admin)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := pgx.Connect(ctx, admin)
 		if err != nil {
 			return
 		}
-		defer c.Close(context.Background())
-		_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 	})
 	s, err := store.Open(ctx, url, 4, 10*time.Second)
 	if err != nil {
@@ -144,6 +151,15 @@ func sanitize(name string) string {
 		s = s[:30]
 	}
 	return s
+}
+
+// withParam adds a run-time parameter to a postgres:// URL; pgx sends
+// parameters it does not know itself to the server at connect.
+func withParam(url, name, value string) string {
+	if strings.Contains(url, "?") {
+		return url + "&" + name + "=" + value
+	}
+	return url + "?" + name + "=" + value
 }
 
 // withDatabase swaps the database name in a postgres:// URL.

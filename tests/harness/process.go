@@ -42,7 +42,9 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "spiderpool")
-		out, err := exec.Command("go", "build", "-o", binPath, filepath.Join(root, "cmd", "spiderpool")).CombinedOutput()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", binPath, filepath.Join(root, "cmd", "spiderpool")).CombinedOutput()
 		if err != nil {
 			buildErr = errors.New(string(out))
 		}

@@ -93,7 +93,10 @@ func NewStack(t testing.TB) *Stack {
 		level = slog.LevelInfo
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("test", t.Name())
-	st, err := store.Open(context.Background(), cfg.DatabaseURL, 8, 10*time.Second)
+	// The test's own queries run under a statement timeout, so one stuck
+	// behind a lock fails the test instead of hanging it; the nodes use
+	// cfg.DatabaseURL as it is.
+	st, err := store.Open(context.Background(), withParam(cfg.DatabaseURL, "statement_timeout", testStatementTimeout), 8, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
