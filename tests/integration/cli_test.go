@@ -85,7 +85,7 @@ func TestTemporalCLIStartsCampaignWithDefaults(t *testing.T) {
 	if err := json.Unmarshal([]byte(q.stdout), &answer); err != nil || len(answer.QueryResult) != 1 || answer.QueryResult[0].CampaignID != id {
 		t.Fatalf("query output %q (%v)", q.stdout, err)
 	}
-	sum, err := s.Campaigns.Result(bg, id)
+	sum, err := s.Campaigns.Result(bounded(t, 2*time.Minute), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestBadInputIsNamedAndHarmless(t *testing.T) {
 			t.Fatalf("temporal workflow start: %s", r.stderr)
 		}
 		s.StartNode("n"+strconv.Itoa(i), 1) // a worker to run it
-		_, err := s.Campaigns.Result(bg, id)
+		_, err := s.Campaigns.Result(bounded(t, time.Minute), id)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("workflow with spec %s ended with %v, want %q", tc.spec, err, tc.want)
 		}

@@ -28,6 +28,15 @@ func loopbackSpec(web *synthweb.Web) campaign.Spec {
 	}
 }
 
+// bounded is a context for a wait on a campaign (its result, the answer to
+// an update): one that never comes fails the test at the deadline instead of
+// hanging the package until go test's -timeout.
+func bounded(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(bg, d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 func startWeb(t *testing.T, cfg synthweb.Config) *synthweb.Web {
 	t.Helper()
 	web, err := synthweb.Start(cfg)
@@ -148,6 +157,9 @@ func TestCrawlFetchesEveryPageExactlyOnce(t *testing.T) {
 			t.Errorf("host %s fetched by %s, ring owner is %s", key, node, want)
 		}
 		owners[node]++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("pages per host: %v", err)
 	}
 	harness.RecordHistory(t, s.Client, "exactly-once-"+s.Name, "exactly_once")
 	t.Logf("%d pages over %d hosts in %v (%.0f pages/s); per node %v; hosts per node %v; %d requests",

@@ -42,6 +42,9 @@ func frontierByURL(t *testing.T, s *harness.Stack) map[string]frontierRow {
 		}
 		out[u] = r
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("frontier rows: %v", err)
+	}
 	return out
 }
 
@@ -234,7 +237,11 @@ func TestPrivateAddressesRefused(t *testing.T) {
 		http.Redirect(w, r, target, http.StatusFound)
 	})}
 	go srv.Serve(pub)
-	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
 
 	s := harness.NewStack(t)
 	s.StartNodeWith("guarded", 1, func(c *config.Config) {

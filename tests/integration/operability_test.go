@@ -23,7 +23,10 @@ import (
 // scrape reads a node's /metrics in the Prometheus text format.
 func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	// A bounded client: the default one would wait forever on a node
+	// that accepted the scrape and never answered.
+	client := &http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +168,7 @@ func TestWARCAndMetrics(t *testing.T) {
 		sum(fams["spiderpool_response_bytes_total"], nil), len(sdk), head(sdk))
 
 	var summary campaign.Summary
-	if err := run.Get(bg, &summary); err != nil {
+	if err := run.Get(bounded(t, 3*time.Minute), &summary); err != nil {
 		t.Fatal(err)
 	}
 	assertExactlyOnce(t, s, web, summary)

@@ -61,11 +61,11 @@ func TestCrawlDelayHoldsAcrossNodesAndReweight(t *testing.T) {
 		return s.Store.Pool().QueryRow(bg, `SELECT p.node FROM pages p JOIN frontier f ON f.id = p.url_id
 			WHERE f.shard_key = $1 LIMIT 1`, slow).Scan(&owner) == nil
 	})
-	if _, err := s.Campaigns.Reweight(bg, id, owner, 0); err != nil {
+	if _, err := s.Campaigns.Reweight(bounded(t, time.Minute), id, owner, 0); err != nil {
 		t.Fatal(err)
 	}
 	var sum campaign.Summary
-	if err := run.Get(bg, &sum); err != nil {
+	if err := run.Get(bounded(t, 3*time.Minute), &sum); err != nil {
 		t.Fatal(err)
 	}
 	assertExactlyOnce(t, s, web, sum)

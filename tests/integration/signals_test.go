@@ -37,6 +37,9 @@ func ringHistory(t *testing.T, s *harness.Stack) []historyRow {
 		}
 		out = append(out, r)
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("node_weight_history: %v", err)
+	}
 	return out
 }
 
@@ -72,6 +75,9 @@ func assertRoutedByHistory(t *testing.T, s *harness.Stack, history []historyRow)
 				t.Errorf("host %s (lease %d) fetched by %s; the ring then said %s", key, lease, node, owner)
 			}
 		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("pages by lease: %v", err)
 	}
 	if wrong > 0 || checked == 0 {
 		t.Fatalf("%d of %d pages fetched off the ring in effect", wrong, checked)
@@ -110,12 +116,12 @@ func TestReweightAndDrainMidCampaign(t *testing.T) {
 	}
 
 	waitFetched(t, s, id, 600)
-	ns, err := s.Campaigns.Reweight(bg, id, c, 0.5)
+	ns, err := s.Campaigns.Reweight(bounded(t, time.Minute), id, c, 0.5)
 	if err != nil || ns.Override == nil || *ns.Override != 0.5 {
 		t.Fatalf("reweight: %+v, %v", ns, err)
 	}
 	st := waitFetched(t, s, id, 1800)
-	drained, err := s.Campaigns.Drain(bg, id, b)
+	drained, err := s.Campaigns.Drain(bounded(t, time.Minute), id, b)
 	if err != nil {
 		t.Fatal(err)
 	}
