@@ -41,7 +41,8 @@ type Spec struct {
 	// every live registered node takes part.
 	Nodes []string `json:"nodes,omitempty"`
 
-	decodeErr error // set by UnmarshalJSON, reported by Normalize
+	decodeErr error          // set by UnmarshalJSON, reported by Normalize
+	unknown   map[string]any // fields a newer version wrote (see DecodeSpec)
 }
 
 // Scope: by default only the seeds' hosts (host[:port]) are in scope.

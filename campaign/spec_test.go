@@ -3,9 +3,13 @@ package campaign
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/converter"
 )
 
 func normalize(t *testing.T, doc string) (Spec, error) {
@@ -111,11 +115,11 @@ func TestSeveralProblemsAreAllReported(t *testing.T) {
 // converter takes: decoding never fails, Normalize reports.
 func TestUnmarshalKeepsProblemForNormalize(t *testing.T) {
 	var s Spec
-	if err := json.Unmarshal([]byte(`{"seeds":["http://a/"],"limit":{}}`), &s); err != nil {
+	if err := json.Unmarshal([]byte(`{"seeds":["http://a/"],"limits":{"max_pages":"ten"}}`), &s); err != nil {
 		t.Fatalf("Unmarshal failed: %v", err)
 	}
-	if _, err := s.Normalize(); err == nil || !strings.Contains(err.Error(), `spec: unknown field "limit"`) {
-		t.Fatalf("Normalize = %v, want the unknown field", err)
+	if _, err := s.Normalize(); err == nil || !strings.Contains(err.Error(), "spec.limits.max_pages: want an integer") {
+		t.Fatalf("Normalize = %v, want the field of the wrong type", err)
 	}
 	// A spec round-tripped through JSON stays valid.
 	good, err := normalize(t, `{"seeds":["http://a/"],"politeness":{"min_delay":"1s"}}`)
@@ -129,5 +133,78 @@ func TestUnmarshalKeepsProblemForNormalize(t *testing.T) {
 	}
 	if _, err := back.Normalize(); err != nil {
 		t.Fatalf("round-tripped spec %s is invalid: %v", b, err)
+	}
+}
+
+// newerSpec is a spec as a newer release might write it: fields this one
+// does not know, at the top and inside a known object.
+const newerSpec = `{"seeds":["http://a/"],"crawl_budget":{"usd":5},
+	"politeness":{"min_delay":"2s","new_knob":[1,2]},"limits":{"max_pages":7}}`
+
+// TestPayloadFromNewerVersionRuns is the rolling-upgrade contract (issue 11,
+// defect 10): a workflow input or activity payload written by a newer
+// version, decoded by Temporal's data converter, runs here with the fields
+// this version knows, and the others travel on unchanged.
+func TestPayloadFromNewerVersionRuns(t *testing.T) {
+	dc := converter.GetDefaultDataConverter()
+	payload := &commonpb.Payload{
+		Metadata: map[string][]byte{converter.MetadataEncoding: []byte(converter.MetadataEncodingJSON)},
+		Data:     []byte(newerSpec),
+	}
+	var s Spec
+	if err := dc.FromPayload(payload, &s); err != nil {
+		t.Fatalf("data converter: %v", err)
+	}
+	n, err := s.Normalize()
+	if err != nil {
+		t.Fatalf("a spec with fields of a newer version failed: %v", err)
+	}
+	if n.Politeness.MinDelay.D() != 2*time.Second || n.Limits.MaxPages != 7 || len(n.Seeds) != 1 {
+		t.Fatalf("known fields lost: %+v", n)
+	}
+	if got, want := strings.Join(n.UnknownFields(), " "), "spec.crawl_budget spec.politeness.new_knob"; got != want {
+		t.Fatalf("UnknownFields = %q, want %q", got, want)
+	}
+
+	// Passed on (stored, an activity's input, continue-as-new), the newer
+	// fields are still there, where they were.
+	out, err := dc.ToPayload(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		CrawlBudget map[string]int `json:"crawl_budget"`
+		Politeness  struct {
+			NewKnob  []int  `json:"new_knob"`
+			MinDelay string `json:"min_delay"`
+		} `json:"politeness"`
+	}
+	if err := json.Unmarshal(out.Data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.CrawlBudget["usd"] != 5 || len(doc.Politeness.NewKnob) != 2 || doc.Politeness.MinDelay != "2s" {
+		t.Fatalf("re-encoded spec lost the newer fields: %s", out.Data)
+	}
+	again, err := DecodeSpec(out.Data)
+	if err != nil || !slices.Equal(again.UnknownFields(), n.UnknownFields()) {
+		t.Fatalf("decoding the re-encoded spec: %v, unknown %v", err, again.UnknownFields())
+	}
+}
+
+// TestPeopleStillGetTypoErrors: what a person types (the CLI reads it
+// with ParseSpec) stays strict, while the same document from a program is
+// accepted.
+func TestPeopleStillGetTypoErrors(t *testing.T) {
+	if _, err := ParseSpec([]byte(newerSpec)); err == nil ||
+		!strings.Contains(err.Error(), `spec: unknown field "crawl_budget"`) ||
+		!strings.Contains(err.Error(), `spec.politeness: unknown field "new_knob"`) {
+		t.Fatalf("ParseSpec = %v, want both unknown fields named", err)
+	}
+	if _, err := DecodeSpec([]byte(newerSpec)); err != nil {
+		t.Fatalf("DecodeSpec = %v", err)
+	}
+	if _, err := DecodeSpec([]byte(`{"seeds":["http://a/"],"retry":{"max_attempts":"3"}}`)); err == nil ||
+		!strings.Contains(err.Error(), "spec.retry.max_attempts: want an integer") {
+		t.Fatalf("DecodeSpec of a wrong type = %v, want it named", err)
 	}
 }

@@ -51,7 +51,9 @@ func (s *Store) CampaignSpec(ctx context.Context, key int64) (campaign.Spec, err
 	if err != nil {
 		return campaign.Spec{}, fmt.Errorf("load spec of campaign %d: %w", key, err)
 	}
-	spec, err := campaign.ParseSpec(doc)
+	// Leniently: a node of a newer version may have stored it, with fields
+	// this one does not know.
+	spec, err := campaign.DecodeSpec(doc)
 	if err != nil {
 		return campaign.Spec{}, fmt.Errorf("stored spec of campaign %d: %w", key, err)
 	}
