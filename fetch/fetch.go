@@ -109,6 +109,10 @@ func (r *Response) IsHTML() bool {
 // host are reused across batches and campaigns.
 type Fetcher struct {
 	client *http.Client
+	// dialer makes every connection, resolving names itself; its Control
+	// hook is the guard. The package's tests give it a resolver of their
+	// own, to make names resolve inward.
+	dialer *net.Dialer
 }
 
 type connectTimeoutKey struct{}
@@ -116,11 +120,11 @@ type connectTimeoutKey struct{}
 // New returns a Fetcher keeping up to idlePerHost idle connections a host
 // and connecting only where guard allows.
 func New(idlePerHost int, guard Guard) *Fetcher {
-	base := &net.Dialer{KeepAlive: 30 * time.Second, Control: guard.control}
+	f := &Fetcher{dialer: &net.Dialer{KeepAlive: 30 * time.Second, Control: guard.control}}
 	transport := &http.Transport{
 		Proxy: nil, // a crawler goes direct; a proxy is an explicit choice
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			d := *base
+			d := *f.dialer
 			if t, ok := ctx.Value(connectTimeoutKey{}).(time.Duration); ok {
 				d.Timeout = t
 			}
@@ -133,12 +137,13 @@ func New(idlePerHost int, guard Guard) *Fetcher {
 		ExpectContinueTimeout: time.Second,
 		ForceAttemptHTTP2:     true,
 	}
-	return &Fetcher{client: &http.Client{
+	f.client = &http.Client{
 		Transport: transport,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},
-	}}
+	}
+	return f
 }
 
 // Get fetches url. It never returns an error: failures are in Response.Err
