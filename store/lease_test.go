@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -300,4 +301,47 @@ func TestReleaseWithoutHolderSparesLiveHolders(t *testing.T) {
 		t.Fatalf("release without a holder freed %d URLs and left the live holder's URL %s held by %q; want 2 freed (dead holder's, unclaimed) and it leased to %s",
 			n, state, holderNow, live)
 	}
+}
+
+// TestRestartedNodeDoesNotKeepItsPredecessorsHolds is issue 11, defect 5:
+// a node restarted under the same ID is a new holder. Its heartbeats do
+// not keep the dead process's URLs held (they return to pending once that
+// process's TTL has passed), and it cannot commit them.
+func TestRestartedNodeDoesNotKeepItsPredecessorsHolds(t *testing.T) {
+	s := harness.OpenStore(t)
+	key := newCampaign(t, s, "http://a.test/")
+	if _, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/")); err != nil {
+		t.Fatal(err)
+	}
+	l := leaseAll(t, s, key, 10, 10)
+	if l.Size() != 1 {
+		t.Fatalf("leased %d URLs, want the seed", l.Size())
+	}
+	seed := ids(l)[0]
+	register := func(incarnation string) string {
+		reg := store.Registration{ID: "n", Weight: 1, Queue: campaign.NodeQueue("n"), Incarnation: incarnation, TTL: time.Second}
+		if err := s.RegisterNode(ctx, reg); err != nil {
+			t.Fatal(err)
+		}
+		return store.HolderToken("n", incarnation)
+	}
+	dead := register("1")
+	if c, err := s.Claim(ctx, key, l.LeaseID, []int64{seed}, dead, "n", time.Minute); err != nil || len(c) != 1 {
+		t.Fatalf("claim: %d (%v)", len(c), err)
+	}
+	restarted := register("2") // the process died; its successor starts under the same ID
+	page := &store.Page{Status: 200, FetchedAt: time.Now(), Duration: time.Millisecond}
+	res, err := s.Commit(ctx, key, restarted, "n", []store.Outcome{{ID: seed, State: store.Fetched, Attempted: true, Status: 200, Page: page}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Accepted[seed] {
+		t.Fatal("the restarted node committed a URL its dead predecessor held")
+	}
+	harness.Eventually(t, 30*time.Second, "the dead process's URL to be leased again while its successor heartbeats", func() bool {
+		if err := s.HeartbeatNode(ctx, "n", "2", true); err != nil {
+			t.Fatal(err)
+		}
+		return slices.Contains(ids(leaseAll(t, s, key, 10, 10)), seed)
+	})
 }
