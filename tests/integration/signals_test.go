@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -173,7 +174,87 @@ func TestReweightAndDrainMidCampaign(t *testing.T) {
 		}
 	}
 	perNode := assertRoutedByHistory(t, s, history)
+
+	// The hosts themselves moved, read from Postgres alone (which node
+	// fetched each host's pages, in the leases before and after each
+	// change), so this holds whatever the ring library computes.
+	var reweightAt, drainAt int64
+	for _, h := range history {
+		switch h.reason {
+		case "signal reweight":
+			reweightAt = h.afterLease
+		case "signal drain":
+			drainAt = h.afterLease
+		}
+	}
+	before := hostOwners(t, s, 0, reweightAt)
+	between := hostOwners(t, s, reweightAt, drainAt)
+	after := hostOwners(t, s, drainAt, math.MaxInt64)
+	// c's weight went down: some of c's hosts went to a or b, and nothing
+	// else moved.
+	fromC := assertMoves(t, "reweight of "+c, before, between, c)
+	// b was drained: b fetched nothing after, its hosts went to a or c,
+	// and nothing else moved.
+	fromB := assertMoves(t, "drain of "+b, between, after, b)
+	for host, node := range after {
+		if node == b {
+			t.Errorf("host %s fetched by the drained %s from leases after the drain", host, b)
+		}
+	}
+	if len(fromC) == 0 || len(fromB) == 0 {
+		t.Fatalf("hosts moved off %s on its reweight: %v; off %s on its drain: %v; want some each", c, fromC, b, fromB)
+	}
 	harness.RecordHistory(t, s.Client, id, "reweight_and_drain")
 	t.Logf("pages per node %v; %d history rows: %v", perNode, len(history), reasons)
+	t.Logf("hosts fetched before/between/after the changes: %d/%d/%d; moved off %s on the reweight: %v; off %s on the drain: %v",
+		len(before), len(between), len(after), c, fromC, b, fromB)
 	_ = a
+}
+
+// hostOwners maps each host to the node that fetched its pages leased in
+// (after, upTo]. A host fetched by two nodes in one such span fails the
+// test: routing is by lease, so one ring, one owner.
+func hostOwners(t *testing.T, s *harness.Stack, after, upTo int64) map[string]string {
+	t.Helper()
+	rows, err := s.Store.Pool().Query(bg, `SELECT f.shard_key, p.node FROM pages p JOIN frontier f ON f.id = p.url_id
+		WHERE f.lease_id > $1 AND f.lease_id <= $2 GROUP BY 1, 2 ORDER BY 1, 2`, after, upTo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	owners := map[string]string{}
+	for rows.Next() {
+		var host, node string
+		if err := rows.Scan(&host, &node); err != nil {
+			t.Fatal(err)
+		}
+		if prev, ok := owners[host]; ok {
+			t.Errorf("host %s fetched by both %s and %s from leases %d..%d", host, prev, node, after+1, upTo)
+		}
+		owners[host] = node
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("owners of hosts: %v", err)
+	}
+	return owners
+}
+
+// assertMoves compares hosts' owners across a change to node: a host may
+// move only off node, never onto it nor between two other nodes. It
+// returns the hosts that moved off node ("host: old -> new").
+func assertMoves(t *testing.T, change string, before, after map[string]string, node string) []string {
+	t.Helper()
+	var moved []string
+	for host, was := range before {
+		now, ok := after[host]
+		switch {
+		case !ok || now == was:
+		case was == node:
+			moved = append(moved, host+": "+was+" -> "+now)
+		default:
+			t.Errorf("%s moved host %s from %s to %s; only %s's hosts should move", change, host, was, now, node)
+		}
+	}
+	slices.Sort(moved)
+	return moved
 }
