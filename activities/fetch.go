@@ -238,9 +238,18 @@ func (f *Fetch) accept(ctx context.Context, req campaign.FetchBatchRequest, toke
 	var start []*hostQueue
 	f.mu.Lock()
 	if f.stopping {
+		// Back, unfetched: what this claim took, not what the node already
+		// had from an earlier delivery, which is on its way and settles.
+		var back []int64
+		for _, c := range claimed {
+			if _, held := f.held[c.ID]; !held {
+				back = append(back, c.ID)
+			}
+		}
 		f.mu.Unlock()
-		n, err := f.store.Release(context.WithoutCancel(ctx), req.CampaignKey, req.LeaseID, ids(claimed), f.holder)
+		n, err := f.store.Release(context.WithoutCancel(ctx), req.CampaignKey, req.LeaseID, back, f.holder)
 		b.ended("cancelled")
+		b.result.Skipped += len(claimed) - len(back)
 		b.result.Released = n
 		return b.result, false, err
 	}
@@ -281,14 +290,6 @@ func (f *Fetch) accept(ctx context.Context, req campaign.FetchBatchRequest, toke
 		})
 	}
 	return campaign.BatchResult{}, true, nil
-}
-
-func ids(claimed []store.ClaimedURL) []int64 {
-	out := make([]int64, len(claimed))
-	for i, c := range claimed {
-		out[i] = c.ID
-	}
-	return out
 }
 
 // beatEvery is how often a batch heartbeats: a third of its timeout, at
