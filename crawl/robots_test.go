@@ -115,3 +115,116 @@ func TestParseSitemap(t *testing.T) {
 		t.Fatalf("bomb: %+v %v", sm, err)
 	}
 }
+
+// TestRobotsReadsPastBadLines is issue 12's list of files that lost all
+// their rules to one line: each line it cannot read is skipped and the
+// rest of the file still applies.
+func TestRobotsReadsPastBadLines(t *testing.T) {
+	const rules = "Disallow: /private\n"
+	for _, tc := range []struct{ name, body string }{
+		{"byte-order mark before the first group", "\xEF\xBB\xBFUser-agent: *\n" + rules},
+		{"Crawl-delay: -1", "User-agent: *\nCrawl-delay: -1\n" + rules},
+		{"Crawl-delay: NaN", "User-agent: *\nCrawl-delay: NaN\n" + rules},
+		{"Crawl-delay: inf", "User-agent: *\nCrawl-delay: inf\n" + rules},
+		{"Crawl-delay: -Infinity", "User-agent: *\nCrawl-delay: -Infinity\n" + rules},
+		{"Crawl-delay: soon", "User-agent: *\nCrawl-delay: soon\n" + rules},
+		{"a line with no colon", "User-agent: *\nDisallow /x\n" + rules},
+		{"garbage of several words", "User-agent: *\nthis is no directive\n" + rules},
+		{"a colon and nothing else", "User-agent: *\n:\n" + rules},
+		{"binary garbage", "User-agent: *\n\xff\xfe\x00\x01\n" + rules},
+		{"CR-only, a rule before the first group", "Disallow: /x\rUser-agent: *\rDisallow: /private\r"},
+		{"CRLF", "User-agent: *\r\nDisallow: /private\r\n"},
+		{"mixed line endings", "User-agent: a\rDisallow: /a\r\nUser-agent: *\nDisallow: /private\r"},
+		{"HTML served as robots.txt before the rules", "<html><body>\nUser-agent: *\n" + rules + "</body></html>"},
+	} {
+		r := ParseRobots(200, []byte(tc.body))
+		for _, target := range []string{"/private", "/private/x?y=1"} {
+			if r.AllowedTarget(target, "spiderpool") {
+				t.Errorf("%s: %s allowed; the file disallows it:\n%q", tc.name, target, tc.body)
+			}
+		}
+		if !r.AllowedTarget("/public", "spiderpool") {
+			t.Errorf("%s: /public disallowed; the file allows it:\n%q", tc.name, tc.body)
+		}
+		if d := r.CrawlDelay("spiderpool"); d != 0 {
+			t.Errorf("%s: crawl delay %v from an unreadable value", tc.name, d)
+		}
+	}
+	// A missing colon between two words is read as one, as Google's parser
+	// does: the webmaster's meaning is plain.
+	if r := ParseRobots(200, []byte("User-agent: *\nDisallow /x\n")); r.AllowedTarget("/x/y", "spiderpool") {
+		t.Error("Disallow /x (no colon) was not read as Disallow: /x")
+	}
+}
+
+// TestRobotsAgentIsWholeToken: a group applies to the agent its
+// User-agent token names, never to an agent that merely starts with it.
+func TestRobotsAgentIsWholeToken(t *testing.T) {
+	r := ParseRobots(200, []byte("User-agent: spider\nDisallow: /\n\n"+
+		"User-agent: spiderpool2\nDisallow: /\n\n"+
+		"User-agent: *\nDisallow: /private\n"))
+	if !r.AllowedTarget("/page", "spiderpool") || r.AllowedTarget("/private", "spiderpool") {
+		t.Error(`spiderpool must follow the * group, not "spider" or "spiderpool2"`)
+	}
+	if r.AllowedTarget("/page", "spider") || r.AllowedTarget("/page", "Spider") {
+		t.Error(`the "spider" group must apply to spider`)
+	}
+	r = ParseRobots(200, []byte("User-agent: SpiderPool/2.0 (+https://example.org)\nDisallow: /mine\n"+
+		"User-agent: *\nDisallow: /\n"))
+	if r.AllowedTarget("/mine", "spiderpool") || !r.AllowedTarget("/other", "spiderpool") {
+		t.Error(`"SpiderPool/2.0 (...)" names the token spiderpool; its group must apply`)
+	}
+}
+
+// TestRobotsQueryAsRequested: query rules judge the query as the request
+// sends it, in the order it was linked.
+func TestRobotsQueryAsRequested(t *testing.T) {
+	r := ParseRobots(200, []byte("User-agent: *\nDisallow: /p?b=\nDisallow: /*&sid=\n"))
+	for target, want := range map[string]bool{
+		"/p?b=1&a=2":     false,
+		"/p?a=2&b=1":     true,
+		"/p":             true,
+		"/q?x=1&sid=abc": false,
+		"/q?sid=abc&x=1": true,
+		"/robots.txt":    true,
+	} {
+		if got := r.AllowedTarget(target, "spiderpool"); got != want {
+			t.Errorf("AllowedTarget(%q) = %v, want %v", target, got, want)
+		}
+	}
+	// Allowed(URL) judges the URL as it serialises.
+	if r.Allowed(mustURL(t, "http://h/p?b=1"), "spiderpool") {
+		t.Error("Allowed(http://h/p?b=1) = true under Disallow: /p?b=")
+	}
+}
+
+// TestRobotsEncoding: a rule and a target compare as the same octets
+// however each writes them: raw non-ASCII in a rule, lower-case escapes in
+// either.
+func TestRobotsEncoding(t *testing.T) {
+	r := ParseRobots(200, []byte("User-agent: *\nDisallow: /ü\nDisallow: /%e3%83%84\nDisallow: /a b\n"))
+	for _, target := range []string{"/%C3%BC", "/%c3%bcber", "/%E3%83%84", "/%e3%83%84/x", "/a%20b"} {
+		if r.AllowedTarget(target, "spiderpool") {
+			t.Errorf("%s allowed; a rule disallows it", target)
+		}
+	}
+	if !r.AllowedTarget("/u", "spiderpool") {
+		t.Error("/u disallowed")
+	}
+}
+
+// TestRobotsCutAtSizeLimit: a file longer than MaxRobotsBytes is read up
+// to the last whole line; the part of a line cut in two is not a rule.
+func TestRobotsCutAtSizeLimit(t *testing.T) {
+	head := "User-agent: *\nDisallow: /private\n"
+	allow := "Allow: /private/only-this-page\n"
+	pad := strings.Repeat("#", MaxRobotsBytes-len(head)-len("Allow: /private/")-1) + "\n"
+	body := head + pad + allow
+	if len(body) <= MaxRobotsBytes || !strings.HasSuffix(string([]byte(body)[:MaxRobotsBytes]), "Allow: /private/") {
+		t.Fatal("test file is not cut inside the Allow line")
+	}
+	r := ParseRobots(200, []byte(body))
+	if r.AllowedTarget("/private/other", "spiderpool") {
+		t.Error("the cut Allow line allowed /private/other")
+	}
+}
