@@ -88,7 +88,7 @@ bench-polite: tools build
 
 FUZZTIME ?= 30s
 fuzz:
-	for f in FuzzCanonicalize FuzzResolve FuzzFastPathAgrees FuzzExtractLinks FuzzRobots FuzzSitemap; do \
+	for f in FuzzCanonicalize FuzzResolve FuzzFastPathAgrees FuzzExtractLinks FuzzRobots FuzzRobotsGarbageLine FuzzSitemap; do \
 		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./crawl/ || exit 1; \
 	done
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -235,6 +236,10 @@ func (f *Fetch) accept(ctx context.Context, req campaign.FetchBatchRequest, toke
 		stop: make(chan struct{}), lastBeat: time.Now(),
 	}
 	b.result.Skipped = len(req.IDs) - len(claimed)
+	// URLs the claim failed (nodes kept dying holding them) are settled.
+	claimed = slices.DeleteFunc(claimed, func(c store.ClaimedURL) bool { return c.Failed != "" })
+	b.result.Failed = len(req.IDs) - b.result.Skipped - len(claimed)
+	f.metrics.Settled("failed", b.result.Failed)
 	var start []*hostQueue
 	f.mu.Lock()
 	if f.stopping {

@@ -405,10 +405,14 @@ type ClaimedURL struct {
 	ShardKey  string
 	Depth     int
 	Redirects int
-	Attempts  int
+	// Attempts are the URL's attempts before this claim.
+	Attempts int
 	// LeaseAge is how long ago the URL was leased: its time in the
 	// workflow and the node's task queue before a node claimed it.
 	LeaseAge time.Duration
+	// Failed, when set, is why the claim ended the URL failed instead of
+	// handing it over: nodes died holding it retry.max_attempts times.
+	Failed string
 }
 
 // liveHolder is true of a frontier row f whose holder still renews: its
@@ -431,14 +435,41 @@ const expireLeases = `
 // node that is still alive are not returned: a batch delivered twice, or
 // rerouted while its first node lives, fetches nothing twice. Rows holder
 // already holds are returned again; the caller knows which it has.
+//
+// Taking a URL is an attempt, charged now: a page that kills the node
+// fetching it (a crash, the OOM killer) never reaches a commit, and
+// charging only there would let it take down node after node forever. The
+// commit of a request keeps the charge as the request's attempt; a URL
+// handed back, or settled with no request (robots.txt), gets it back. A
+// URL already charged retry.max_attempts times is failed here instead,
+// with the reason in Failed: every claim of it so far died with its node.
 func (s *Store) Claim(ctx context.Context, campaignKey, leaseID int64, ids []int64, holder, node string, ttl time.Duration) ([]ClaimedURL, error) {
 	rows, err := s.pool.Query(ctx, `
-		UPDATE frontier f SET lease_holder = $4, node = $5, lease_expires_at = now() + $6::bigint * interval '1 millisecond'
-		WHERE f.campaign = $1 AND f.lease_id = $2 AND f.id = ANY($3) AND f.state = 'leased'
-		  AND (f.lease_holder IS NULL OR f.lease_holder = $4 OR NOT `+liveHolder+`)
-		RETURNING id, url, shard_key, depth, redirects, attempts,
-		          (extract(epoch FROM now() - coalesce(leased_at, now())) * 1000)::bigint`,
-		campaignKey, leaseID, ids, holder, node, ttl.Milliseconds())
+		WITH spec AS (
+			SELECT coalesce((spec->'retry'->>'max_attempts')::int, $7) AS max_attempts FROM campaigns WHERE key = $1
+		), c AS (
+			SELECT f.id, f.lease_holder IS DISTINCT FROM $4 AS taken,
+			       f.lease_holder IS DISTINCT FROM $4 AND f.attempts >= spec.max_attempts AS spent
+			FROM frontier f, spec
+			WHERE f.campaign = $1 AND f.lease_id = $2 AND f.id = ANY($3) AND f.state = 'leased'
+			  AND (f.lease_holder IS NULL OR f.lease_holder = $4 OR NOT `+liveHolder+`)
+			ORDER BY f.id
+			FOR UPDATE OF f
+		)
+		UPDATE frontier f SET
+			lease_holder = CASE WHEN c.spent THEN NULL ELSE $4 END,
+			node = CASE WHEN c.spent THEN f.node ELSE $5 END,
+			lease_expires_at = CASE WHEN c.spent THEN NULL ELSE now() + $6::bigint * interval '1 millisecond' END,
+			attempts = f.attempts + (c.taken AND NOT c.spent)::int,
+			state = CASE WHEN c.spent THEN 'failed' ELSE f.state END,
+			last_error = CASE WHEN c.spent THEN format('node lost while fetching (after %s attempts)', f.attempts) ELSE f.last_error END,
+			finished_at = CASE WHEN c.spent THEN now() ELSE f.finished_at END
+		FROM c
+		WHERE f.id = c.id
+		RETURNING f.id, f.url, f.shard_key, f.depth, f.redirects, f.attempts - (c.taken AND NOT c.spent)::int,
+		          (extract(epoch FROM now() - coalesce(f.leased_at, now())) * 1000)::bigint,
+		          CASE WHEN c.spent THEN f.last_error ELSE '' END`,
+		campaignKey, leaseID, ids, holder, node, ttl.Milliseconds(), campaign.DefaultMaxAttempts)
 	if err != nil {
 		return nil, fmt.Errorf("claim lease %d: %w", leaseID, err)
 	}
@@ -447,7 +478,7 @@ func (s *Store) Claim(ctx context.Context, campaignKey, leaseID int64, ids []int
 			c     ClaimedURL
 			ageMs int64
 		)
-		err := r.Scan(&c.ID, &c.URL, &c.ShardKey, &c.Depth, &c.Redirects, &c.Attempts, &ageMs)
+		err := r.Scan(&c.ID, &c.URL, &c.ShardKey, &c.Depth, &c.Redirects, &c.Attempts, &ageMs, &c.Failed)
 		c.LeaseAge = time.Duration(ageMs) * time.Millisecond
 		return c, err
 	})
@@ -469,12 +500,15 @@ func hostKey(campaignKey int64, shard string) string {
 // holder token lapsed, and the next lease routed the URL to it again) is
 // still that copy; releasing only under the first lease would leave it
 // leased to a live holder that no longer means to fetch it, for good.
+// A holder's URLs get back the attempt their claim charged.
 // Without a holder, the URLs still leased under leaseID that no live
 // holder has (a batch the workflow gave up on: whatever a live node is
-// fetching stays its own, and is not fetched twice).
+// fetching stays its own, and is not fetched twice); a dead holder's
+// keep the attempt its claim charged.
 func (s *Store) Release(ctx context.Context, campaignKey, leaseID int64, ids []int64, holder string) (int, error) {
 	tag, err := s.pool.Exec(ctx, `
-		UPDATE frontier f SET state = 'pending', lease_id = NULL, lease_holder = NULL, lease_expires_at = NULL
+		UPDATE frontier f SET state = 'pending', lease_id = NULL, lease_holder = NULL, lease_expires_at = NULL,
+			attempts = CASE WHEN $4 = '' THEN f.attempts ELSE greatest(f.attempts - 1, 0) END
 		WHERE f.campaign = $1 AND f.id = ANY($3) AND f.state = 'leased'
 		  AND CASE WHEN $4 = '' THEN f.lease_id = $2 AND (f.lease_holder IS NULL OR NOT `+liveHolder+`)
 		           ELSE f.lease_holder = $4 END`,
@@ -503,7 +537,8 @@ func (s *Store) ReleaseUnclaimed(ctx context.Context, campaignKey int64, leaseID
 type Outcome struct {
 	ID    int64
 	State string // Fetched, Failed, Excluded, or Pending to retry
-	// Attempted is whether a request was made (it counts as an attempt).
+	// Attempted is whether a request was made: it keeps the attempt the
+	// claim charged (see Claim); without one, the attempt is given back.
 	Attempted bool
 	Status    int
 	Error     string
@@ -601,7 +636,7 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 			WITH u AS (
 				UPDATE frontier f SET
 					state = r.state::url_state,
-					attempts = f.attempts + r.tried,
+					attempts = greatest(f.attempts + r.tried - 1, 0), -- the claim charged one
 					last_status = coalesce(r.status, f.last_status),
 					last_error = r.err,
 					next_attempt_at = CASE WHEN r.state = 'pending' THEN now() + r.retry_ms * interval '1 millisecond' ELSE f.next_attempt_at END,

@@ -329,3 +329,115 @@ func TestNodeRegistry(t *testing.T) {
 		t.Fatalf("deregistered node = %+v, want not alive", nodes)
 	}
 }
+
+// TestURLWhoseClaimIsLostEndsFailed is issue 11, defect 7: a page that
+// crashes (or OOMs) every node that fetches it never reaches a commit, so
+// attempts charged only at commit let it be leased forever. A claim is an
+// attempt: a URL claimed retry.max_attempts times with no outcome ends
+// failed, with the reason, and is handed to no node again.
+func TestURLWhoseClaimIsLostEndsFailed(t *testing.T) {
+	s := harness.OpenStore(t)
+	key := newCampaign(t, s, "http://a.test/") // retry.max_attempts: 3
+	if _, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/crash", "http://a.test/fine")); err != nil {
+		t.Fatal(err)
+	}
+	var crash int64
+	for life := 1; ; life++ {
+		l := leaseAll(t, s, key, 10, 10)
+		if life == 1 {
+			crash = ids(l)[0]
+		}
+		if !slices.Contains(ids(l), crash) {
+			t.Fatalf("life %d: the crashing URL was not leased again (%v)", life, ids(l))
+		}
+		node := holder(t, s, "n", fmt.Sprint(life))
+		claimed, err := s.Claim(ctx, key, l.LeaseID, ids(l), node, "n", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(claimed, func(c store.ClaimedURL) bool { return c.ID == crash })
+		if i < 0 {
+			t.Fatalf("life %d: the crashing URL was not claimed", life)
+		}
+		if life == 4 {
+			if got := claimed[i].Failed; got != "node lost while fetching (after 3 attempts)" {
+				t.Fatalf("fourth claim of a URL three nodes died fetching: failed %q, want the reason", got)
+			}
+			break
+		}
+		if claimed[i].Failed != "" || claimed[i].Attempts != life-1 {
+			t.Fatalf("life %d: claimed %+v, want it to fetch, after %d attempts", life, claimed[i], life-1)
+		}
+		// The other URL is settled; the crashing one kills the node.
+		var others []store.Outcome
+		for _, c := range claimed {
+			if c.ID != crash {
+				others = append(others, store.Outcome{ID: c.ID, State: store.Failed, Attempted: true, Status: 404})
+			}
+		}
+		if _, err := s.Commit(ctx, key, node, "n", others, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeregisterNode(ctx, "n", fmt.Sprint(life)); err != nil { // as its TTL passing would
+			t.Fatal(err)
+		}
+	}
+	var state, reason string
+	var attempts int
+	if err := s.Pool().QueryRow(ctx, `SELECT state::text, coalesce(last_error, ''), attempts FROM frontier WHERE id = $1`, crash).
+		Scan(&state, &reason, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	if state != store.Failed || reason != "node lost while fetching (after 3 attempts)" || attempts != 3 {
+		t.Fatalf("crashing URL ended %s (%q) after %d attempts, want failed with the reason after 3", state, reason, attempts)
+	}
+	if l := leaseAll(t, s, key, 10, 10); l.Size() != 0 || l.Pending != 0 || l.LeasedElsewhere != 0 {
+		t.Fatalf("lease after the URL failed: %+v, want nothing left", l)
+	}
+}
+
+// TestClaimChargesOnlyWhatItTakes: the attempt a claim charges is given
+// back when the URL is handed back unfetched or settles without a request
+// (robots.txt), and is the attempt itself when the request is made; a
+// second claim by the same holder charges nothing.
+func TestClaimChargesOnlyWhatItTakes(t *testing.T) {
+	s := harness.OpenStore(t)
+	key := newCampaign(t, s, "http://a.test/")
+	if _, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/fetched", "http://a.test/back", "http://a.test/excluded")); err != nil {
+		t.Fatal(err)
+	}
+	l := leaseAll(t, s, key, 10, 10)
+	all := ids(l)
+	n := holder(t, s, "n", "1")
+	for range 2 { // delivered twice
+		if c, err := s.Claim(ctx, key, l.LeaseID, all, n, "n", time.Minute); err != nil || len(c) != 3 {
+			t.Fatalf("claim: %d (%v)", len(c), err)
+		}
+	}
+	attempts := func(id int64) int {
+		t.Helper()
+		var a int
+		if err := s.Pool().QueryRow(ctx, `SELECT attempts FROM frontier WHERE id = $1`, id).Scan(&a); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	for _, id := range all {
+		if a := attempts(id); a != 1 {
+			t.Fatalf("URL %d claimed twice by one holder has %d attempts, want 1", id, a)
+		}
+	}
+	page := &store.Page{Status: 200, FetchedAt: time.Now(), Duration: time.Millisecond}
+	if _, err := s.Commit(ctx, key, n, "n", []store.Outcome{
+		{ID: all[0], State: store.Fetched, Attempted: true, Status: 200, Page: page},
+		{ID: all[2], State: store.Excluded, Error: "robots.txt disallows it"},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Release(ctx, key, l.LeaseID, all[1:2], n); err != nil || r != 1 {
+		t.Fatalf("hand back: %d (%v)", r, err)
+	}
+	if got := []int{attempts(all[0]), attempts(all[1]), attempts(all[2])}; !slices.Equal(got, []int{1, 0, 0}) {
+		t.Fatalf("attempts fetched, handed back, excluded = %v, want [1 0 0]", got)
+	}
+}
