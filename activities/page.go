@@ -43,10 +43,19 @@ func (f *Fetch) check(ctx context.Context, it *item, h *host) (out outcome, requ
 	case rf.refused != "":
 		out.o.State, out.o.Attempted, out.o.Error = store.Failed, true, rf.refused
 		return out, false, true
+	case rf.robots.Unavailable() && !rf.failingSince.IsZero() && time.Since(rf.failingSince) >= spec.Politeness.RobotsTTL.D():
+		// RFC 9309 §2.3.1.4 lets a crawler stop waiting for a robots.txt
+		// that stays unreachable for a reasonably long period; waiting for
+		// ever would keep the campaign from ending. The period is the
+		// campaign's robots_ttl, how long it trusts a file it has.
+		out.o.State = store.Failed
+		out.o.Error = fmt.Sprintf("robots.txt unreachable: %s, for longer than politeness.robots_ttl (%s)",
+			statusText(rf.robots.Status()), spec.Politeness.RobotsTTL.D())
+		return out, false, true
 	case rf.robots.Unavailable():
 		// RFC 9309: no robots.txt to be had means no crawling until it
 		// is; the host waits, for every campaign, its URLs stay pending,
-		// uncharged.
+		// uncharged, until robots_ttl has passed (above).
 		wait := max(time.Until(rf.expires), time.Second)
 		if err := f.store.PauseHost(ctx, c.ShardKey, wait); err != nil {
 			f.log.Warn("pause host", "host", c.ShardKey, "error", err)

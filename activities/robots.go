@@ -32,8 +32,13 @@ type robotsCache struct {
 type robotsEntry struct {
 	robots    *crawl.Robots
 	fetchedAt time.Time
-	refused   string    // unreachable for good (blocked address, no such host)
-	until     time.Time // refused is remembered until then
+	// failingSince is when the origin's robots.txt was first found
+	// unavailable (5xx, no answer) in the run of tries that found it so;
+	// zero once it answers. It is this node's memory: a node that restarts,
+	// or takes the host over from another, counts from its own first try.
+	failingSince time.Time
+	refused      string    // unreachable for good (blocked address, no such host)
+	until        time.Time // refused is remembered until then
 }
 
 // errStopped: the URL's batch stopped before the robots.txt could be had.
@@ -48,6 +53,9 @@ type robotsFetch struct {
 	robots *crawl.Robots
 	// expires is when the campaign asking must look again.
 	expires time.Time
+	// failingSince is when an unavailable robots.txt started failing, as
+	// this node saw it (see robotsEntry).
+	failingSince time.Time
 	// refused is set when the origin cannot be reached for good: its URLs
 	// fail with it.
 	refused string
@@ -84,7 +92,8 @@ func (c *robotsCache) get(ctx context.Context, r *rules, campaignKey int64, orig
 	if rf.robots != nil {
 		// Another campaign's load may have shared a file this one trusts
 		// for a different time.
-		rf.expires = c.entry(origin).fetchedAt.Add(ttlFor(r, rf.robots))
+		e := c.entry(origin)
+		rf.expires, rf.failingSince = e.fetchedAt.Add(ttlFor(r, rf.robots)), e.failingSince
 	}
 	return rf, nil
 }
@@ -104,7 +113,7 @@ func (c *robotsCache) cached(r *rules, origin string) (robotsFetch, bool) {
 		return robotsFetch{refused: e.refused, expires: e.until}, true
 	case e.robots != nil:
 		if exp := e.fetchedAt.Add(ttlFor(r, e.robots)); now.Before(exp) {
-			return robotsFetch{robots: e.robots, expires: exp}, true
+			return robotsFetch{robots: e.robots, expires: exp, failingSince: e.failingSince}, true
 		}
 	}
 	return robotsFetch{}, false
@@ -118,9 +127,7 @@ func (c *robotsCache) load(ctx context.Context, r *rules, campaignKey int64, ori
 	if ok {
 		robots := crawl.ParseRobots(stored.Status, stored.Body)
 		if ttl := ttlFor(r, robots); stored.Age < ttl {
-			fetchedAt := time.Now().Add(-stored.Age)
-			c.remember(origin, robotsEntry{robots: robots, fetchedAt: fetchedAt})
-			return robotsFetch{robots: robots, expires: fetchedAt.Add(ttl)}, nil
+			return c.found(r, origin, robots, time.Now().Add(-stored.Age)), nil
 		}
 	}
 	if !h.turn(ctx, stop, func() bool { return c.slots.take(campaignKey, stop) }, func() { c.slots.give(campaignKey) }) {
@@ -131,9 +138,7 @@ func (c *robotsCache) load(ctx context.Context, r *rules, campaignKey int64, ori
 		if robots := crawl.ParseRobots(stored.Status, stored.Body); stored.Age < ttlFor(r, robots) {
 			c.slots.give(campaignKey)
 			h.done()
-			fetchedAt := time.Now().Add(-stored.Age)
-			c.remember(origin, robotsEntry{robots: robots, fetchedAt: fetchedAt})
-			return robotsFetch{robots: robots, expires: fetchedAt.Add(ttlFor(r, robots))}, nil
+			return c.found(r, origin, robots, time.Now().Add(-stored.Age)), nil
 		}
 	}
 	status, body, refused := c.fetchFile(ctx, r, origin+"/robots.txt", h)
@@ -147,10 +152,32 @@ func (c *robotsCache) load(ctx context.Context, r *rules, campaignKey int64, ori
 	if err := c.st.PutRobots(ctx, origin, status, body); err != nil {
 		return robotsFetch{}, err
 	}
-	robots := crawl.ParseRobots(status, body)
-	now := time.Now()
-	c.remember(origin, robotsEntry{robots: robots, fetchedAt: now})
-	return robotsFetch{robots: robots, expires: now.Add(ttlFor(r, robots))}, nil
+	return c.found(r, origin, crawl.ParseRobots(status, body), time.Now()), nil
+}
+
+// runGap is the slack, beyond robots_retry, between two failed tries of
+// a robots.txt that still makes them one run of failures: the time for the
+// host's URLs to come round again (a lease, a batch, the host's turn).
+const runGap = time.Minute
+
+// found remembers a robots.txt fetched (here or by another node) at
+// fetchedAt. An unavailable one carries on the run of failures before it
+// when the last of them is recent: no longer ago than the campaign's
+// robots_ttl (a longer gap says nothing of the time between), one
+// robots_retry and runGap.
+func (c *robotsCache) found(r *rules, origin string, robots *crawl.Robots, fetchedAt time.Time) robotsFetch {
+	e := robotsEntry{robots: robots, fetchedAt: fetchedAt}
+	if robots.Unavailable() {
+		e.failingSince = fetchedAt
+		prev := c.entry(origin)
+		gap := r.spec.Politeness.RobotsTTL.D() + r.spec.Politeness.RobotsRetry.D() + runGap
+		if prev.robots != nil && prev.robots.Unavailable() && !prev.failingSince.IsZero() &&
+			fetchedAt.Sub(prev.fetchedAt) <= gap && prev.failingSince.Before(fetchedAt) {
+			e.failingSince = prev.failingSince
+		}
+	}
+	c.remember(origin, e)
+	return robotsFetch{robots: robots, expires: fetchedAt.Add(ttlFor(r, robots)), failingSince: e.failingSince}
 }
 
 // maxRobotsRedirects: RFC 9309 asks crawlers to follow at least five.
