@@ -337,7 +337,15 @@ func TestNodeRegistry(t *testing.T) {
 // failed, with the reason, and is handed to no node again.
 func TestURLWhoseClaimIsLostEndsFailed(t *testing.T) {
 	s := harness.OpenStore(t)
-	key := newCampaign(t, s, "http://a.test/") // retry.max_attempts: 3
+	// Two attempts, not the default three: the claim reads the campaign's.
+	spec, err := campaign.Spec{Seeds: []string{"http://a.test/"}, Retry: campaign.Retry{MaxAttempts: 2}}.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := s.CreateCampaign(ctx, t.Name(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/crash", "http://a.test/fine")); err != nil {
 		t.Fatal(err)
 	}
@@ -359,9 +367,9 @@ func TestURLWhoseClaimIsLostEndsFailed(t *testing.T) {
 		if i < 0 {
 			t.Fatalf("life %d: the crashing URL was not claimed", life)
 		}
-		if life == 4 {
-			if got := claimed[i].Failed; got != "node lost while fetching (after 3 attempts)" {
-				t.Fatalf("fourth claim of a URL three nodes died fetching: failed %q, want the reason", got)
+		if life == 3 {
+			if got := claimed[i].Failed; got != "node lost while fetching (after 2 attempts)" {
+				t.Fatalf("third claim of a URL two nodes died fetching: failed %q, want the reason", got)
 			}
 			break
 		}
@@ -388,8 +396,8 @@ func TestURLWhoseClaimIsLostEndsFailed(t *testing.T) {
 		Scan(&state, &reason, &attempts); err != nil {
 		t.Fatal(err)
 	}
-	if state != store.Failed || reason != "node lost while fetching (after 3 attempts)" || attempts != 3 {
-		t.Fatalf("crashing URL ended %s (%q) after %d attempts, want failed with the reason after 3", state, reason, attempts)
+	if state != store.Failed || reason != "node lost while fetching (after 2 attempts)" || attempts != 2 {
+		t.Fatalf("crashing URL ended %s (%q) after %d attempts, want failed with the reason after 2", state, reason, attempts)
 	}
 	if l := leaseAll(t, s, key, 10, 10); l.Size() != 0 || l.Pending != 0 || l.LeasedElsewhere != 0 {
 		t.Fatalf("lease after the URL failed: %+v, want nothing left", l)
