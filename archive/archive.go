@@ -18,6 +18,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,6 +55,14 @@ type Writer struct {
 	dir string
 }
 
+// gowarcMu serialises the calls into gowarc that build records or readers.
+// Each of them calls uuid.EnableRandPool, which github.com/google/uuid
+// documents as unsafe to call while UUIDs are made concurrently: two
+// batches archiving at once (or two nodes in one process) race on it, and
+// the race detector says so. A WARC writer writes one record at a time
+// anyway; this only orders the building too.
+var gowarcMu sync.Mutex
+
 // Open makes dir if need be and returns a writer for node's files there.
 func Open(dir, node string, maxFileSize int64) (*Writer, error) {
 	if maxFileSize <= 0 {
@@ -87,11 +96,14 @@ func Open(dir, node string, maxFileSize int64) (*Writer, error) {
 // Write appends ex as a response record and its request record, in that
 // order and in one file, each naming the other (WARC-Concurrent-To).
 func (w *Writer) Write(ex Exchange) error {
-	resp, err := w.record(gowarc.Response, ex, responseBlock(ex))
+	respBlock, reqBlock := responseBlock(ex), requestBlock(ex)
+	gowarcMu.Lock()
+	defer gowarcMu.Unlock()
+	resp, err := w.record(gowarc.Response, ex, respBlock)
 	if err != nil {
 		return err
 	}
-	req, err := w.record(gowarc.Request, ex, requestBlock(ex))
+	req, err := w.record(gowarc.Request, ex, reqBlock)
 	if err != nil {
 		resp.Close()
 		return err
@@ -252,7 +264,9 @@ func ReadDir(dir string, fn func(file string, rec gowarc.WarcRecord, problems []
 }
 
 func readFile(path string, fn func(string, gowarc.WarcRecord, []error) error) error {
+	gowarcMu.Lock()
 	r, err := gowarc.NewWarcFileReader(path, 0, gowarc.WithStrictValidation())
+	gowarcMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("read %s: %w", path, err)
 	}
