@@ -241,40 +241,38 @@ type LeaseParams struct {
 	MaxPages    int64 // 0: no cap
 }
 
-// Lease takes up to Limit due URLs, at most PerHost from any host, least
-// recently leased hosts first, skipping hosts in politeness cooldown. It
-// first returns expired leases to pending. URLs never leased before count
-// against MaxPages.
+// Lease takes up to Limit due URLs, at most PerHost from any host, hosts
+// in turn as LeaseHosts takes them, skipping hosts in politeness cooldown.
+// It first returns expired leases to pending. URLs never leased before
+// count against MaxPages. It serves the runs started under v0.1.0.
 func (s *Store) Lease(ctx context.Context, p LeaseParams) (campaign.Lease, error) {
 	var lease campaign.Lease
 	err := s.retryTx(ctx, func(tx pgx.Tx) error {
 		lease = campaign.Lease{}
-		if _, err := tx.Exec(ctx, expireLeases, p.CampaignKey); err != nil {
-			return fmt.Errorf("expire leases: %w", err)
+		if err := expireLeases(ctx, tx, p.CampaignKey); err != nil {
+			return err
 		}
-		// NO KEY UPDATE, not UPDATE: the foreign-key checks of concurrent
-		// link inserts take KEY SHARE on this row, and must not queue
-		// behind the lease.
-		var admitted int64
-		if err := tx.QueryRow(ctx, `SELECT admitted FROM campaigns WHERE key = $1 FOR NO KEY UPDATE`, p.CampaignKey).Scan(&admitted); err != nil {
-			return fmt.Errorf("read campaign: %w", err)
-		}
-		budget := int64(-1)
-		if p.MaxPages > 0 {
-			budget = max(0, p.MaxPages-admitted)
+		c, err := lockCampaign(ctx, tx, p.CampaignKey, p.MaxPages)
+		if err != nil {
+			return err
 		}
 		if err := tx.QueryRow(ctx, `SELECT nextval('lease_ids')`).Scan(&lease.LeaseID); err != nil {
 			return fmt.Errorf("new lease id: %w", err)
 		}
+		// Every due host yields a URL at least: Limit hosts are enough.
+		cands, err := dueHosts(ctx, tx, p.CampaignKey, c.cursor, min(p.Limit, maxLeaseHosts))
+		if err != nil {
+			return err
+		}
+		walk := make(map[int64]int, len(cands))
+		hostIDs := make([]int64, len(cands))
+		for i, h := range cands {
+			walk[h.id], hostIDs[i] = i, h.id
+		}
 		rows, err := tx.Query(ctx, `
-			WITH h AS (
-				SELECT id FROM hosts
-				WHERE campaign = $1 AND NOT EXISTS (
-					SELECT 1 FROM host_state s WHERE s.shard_key = hosts.shard_key AND s.paused_until > now())
-				ORDER BY last_leased_at NULLS FIRST, id
-			), cand AS (
+			WITH cand AS (
 				SELECT f.id, f.first_leased_at IS NULL AS fresh, row_number() OVER () AS ord
-				FROM h CROSS JOIN LATERAL (
+				FROM unnest($7::bigint[]) AS h(id) CROSS JOIN LATERAL (
 					SELECT id, first_leased_at FROM frontier f
 					WHERE f.campaign = $1 AND f.host_id = h.id AND f.state = 'pending' AND f.next_attempt_at <= now()
 					ORDER BY f.depth, f.id
@@ -294,13 +292,12 @@ func (s *Store) Lease(ctx context.Context, p LeaseParams) (campaign.Lease, error
 			FROM picked
 			WHERE f.id = picked.id AND f.state = 'pending'
 			RETURNING f.id, f.shard_key, f.host_id, picked.fresh`,
-			p.CampaignKey, p.PerHost, p.Limit, budget, lease.LeaseID, p.TTL.Milliseconds())
+			p.CampaignKey, p.PerHost, p.Limit, c.budget, lease.LeaseID, p.TTL.Milliseconds(), hostIDs)
 		if err != nil {
 			return fmt.Errorf("lease: %w", err)
 		}
 		byKey := map[string]int{}
-		var hostIDs []int64
-		fresh := int64(0)
+		fresh, last, lastWalk := int64(0), int64(0), -1
 		for rows.Next() {
 			var (
 				id, hostID int64
@@ -316,11 +313,13 @@ func (s *Store) Lease(ctx context.Context, p LeaseParams) (campaign.Lease, error
 				i = len(lease.Groups)
 				byKey[key] = i
 				lease.Groups = append(lease.Groups, campaign.LeaseGroup{ShardKey: key})
-				hostIDs = append(hostIDs, hostID)
 			}
 			lease.Groups[i].IDs = append(lease.Groups[i].IDs, id)
 			if isFresh {
 				fresh++
+			}
+			if w := walk[hostID]; w > lastWalk {
+				lastWalk, last = w, hostID
 			}
 		}
 		if err := rows.Err(); err != nil {
@@ -331,17 +330,10 @@ func (s *Store) Lease(ctx context.Context, p LeaseParams) (campaign.Lease, error
 		for _, g := range lease.Groups {
 			slices.Sort(g.IDs)
 		}
-		if len(hostIDs) > 0 {
-			if _, err := tx.Exec(ctx, `UPDATE hosts SET last_leased_at = now() WHERE id = ANY($1)`, hostIDs); err != nil {
-				return fmt.Errorf("mark hosts leased: %w", err)
-			}
+		if err := c.advance(ctx, tx, p.CampaignKey, last, fresh); err != nil {
+			return err
 		}
-		if fresh > 0 {
-			if _, err := tx.Exec(ctx, `UPDATE campaigns SET admitted = admitted + $2 WHERE key = $1`, p.CampaignKey, fresh); err != nil {
-				return fmt.Errorf("count admitted: %w", err)
-			}
-		}
-		lease.BudgetExhausted = budget == 0 || (budget > 0 && fresh >= budget)
+		lease.BudgetExhausted = c.budget == 0 || (c.budget > 0 && fresh >= c.budget)
 		if len(lease.Groups) > 0 {
 			return nil
 		}
@@ -353,8 +345,10 @@ func (s *Store) Lease(ctx context.Context, p LeaseParams) (campaign.Lease, error
 		}
 		lease.Pending, lease.LeasedElsewhere = left.pending, left.leased
 		lease.NextDue = campaign.Duration(left.nextDue)
-		pendingFresh := left.pendingFresh
-		if budget == 0 && pendingFresh == lease.Pending {
+		if len(cands) > 0 {
+			lease.NextDue = 0 // due now, but not admitted
+		}
+		if c.budget == 0 && !left.readmitted {
 			lease.BudgetExhausted = true
 		}
 		return nil
@@ -365,30 +359,59 @@ func (s *Store) Lease(ctx context.Context, p LeaseParams) (campaign.Lease, error
 	return lease, nil
 }
 
+// leftCountCap bounds the counts of what a campaign has left: exact below
+// it, at least it above. Callers ask whether anything is left, and
+// people how much roughly; an exact count would read every pending row
+// at each idle poll.
+const leftCountCap = 10_000
+
 // leftover is what a campaign's frontier still holds when nothing is due.
 type leftover struct {
-	pending, pendingFresh, leased int64
-	// nextDue is how long until the earliest pending URL is due (its retry,
-	// its host's pause) or an unclaimed lease expires; 0 if none.
+	// pending and leased count up to leftCountCap.
+	pending, leased int64
+	// readmitted: a pending URL was leased before (in retry backoff, or
+	// handed back), and is admitted already against a page budget.
+	readmitted bool
+	// nextDue is how long until a pending URL is likely due (its retry, or
+	// the end of its host's pause), or an unclaimed lease expires; 0 if
+	// none. It is never later than the true time, and can be earlier: a
+	// host's pause ending before its URLs' retries wakes the workflow once
+	// for nothing.
 	nextDue time.Duration
 }
 
+// whatIsLeft reads only index entries bounded by leftCountCap, the URLs
+// put off (retries, hand-backs) of hosts paused past their retry, and the
+// hosts paused now: never the campaign's whole frontier.
 func whatIsLeft(ctx context.Context, tx pgx.Tx, campaignKey int64) (leftover, error) {
 	var l leftover
 	var nextDue *time.Duration
 	err := tx.QueryRow(ctx, `
 		SELECT
-			count(*) FILTER (WHERE state = 'pending'),
-			count(*) FILTER (WHERE state = 'pending' AND first_leased_at IS NULL),
-			count(*) FILTER (WHERE state = 'leased'),
+			(SELECT count(*) FROM (SELECT FROM frontier WHERE campaign = $1 AND state = 'pending' LIMIT $2) p),
+			(SELECT count(*) FROM (SELECT FROM frontier WHERE campaign = $1 AND state = 'leased' LIMIT $2) l),
+			EXISTS (SELECT FROM frontier WHERE campaign = $1 AND state = 'pending' AND first_leased_at IS NOT NULL),
 			(SELECT greatest(min(t) - now(), interval '0') FROM (
-				SELECT min(greatest(f.next_attempt_at, s.paused_until)) AS t
-				FROM frontier f JOIN hosts h ON h.id = f.host_id LEFT JOIN host_state s ON s.shard_key = h.shard_key
-				WHERE f.campaign = $1 AND f.state = 'pending'
-				UNION ALL SELECT min(lease_expires_at) FROM frontier WHERE campaign = $1 AND state = 'leased' AND lease_holder IS NULL
-			) t)
-		FROM frontier WHERE campaign = $1 AND state IN ('pending', 'leased')`, campaignKey).
-		Scan(&l.pending, &l.pendingFresh, &l.leased, &nextDue)
+				-- Only a URL leased before can be put off: new ones are due
+				-- when found. The earliest whose host is not paused past it.
+				(SELECT f.next_attempt_at AS t
+				 FROM frontier f JOIN hosts h ON h.id = f.host_id LEFT JOIN host_state s ON s.shard_key = h.shard_key
+				 WHERE f.campaign = $1 AND f.state = 'pending' AND f.first_leased_at IS NOT NULL AND f.next_attempt_at > now()
+				   AND (s.paused_until IS NULL OR s.paused_until <= f.next_attempt_at)
+				 ORDER BY f.next_attempt_at LIMIT 1)
+				UNION ALL
+				-- The first pause to end of a host with URLs waiting.
+				(SELECT s.paused_until
+				 FROM host_state s JOIN hosts h ON h.shard_key = s.shard_key AND h.campaign = $1
+				 WHERE s.paused_until > '-infinity' AND s.paused_until > now()
+				   AND EXISTS (SELECT FROM frontier f WHERE f.campaign = $1 AND f.host_id = h.id AND f.state = 'pending')
+				 ORDER BY s.paused_until LIMIT 1)
+				UNION ALL
+				(SELECT lease_expires_at FROM frontier
+				 WHERE campaign = $1 AND state = 'leased' AND lease_holder IS NULL
+				 ORDER BY lease_expires_at LIMIT 1)
+			) t)`, campaignKey, leftCountCap).
+		Scan(&l.pending, &l.leased, &l.readmitted, &nextDue)
 	if err != nil {
 		return l, fmt.Errorf("count what is left: %w", err)
 	}
@@ -418,16 +441,6 @@ type ClaimedURL struct {
 // liveHolder is true of a frontier row f whose holder still renews: its
 // node is alive (see HeartbeatNode).
 const liveHolder = `EXISTS (SELECT 1 FROM holders h WHERE h.holder = f.lease_holder AND h.alive_until > now())`
-
-// expireLeases returns to pending the leased rows of campaign $1 that
-// nobody can still settle: unclaimed ones past their lease's expiry, and
-// claimed ones whose holder stopped renewing (its node died, or lost
-// Postgres and with it the right to commit). A row a live holder keeps is
-// never taken from it, however long its host makes it wait.
-const expireLeases = `
-	UPDATE frontier f SET state = 'pending', lease_id = NULL, lease_holder = NULL, lease_expires_at = NULL
-	WHERE f.campaign = $1 AND f.state = 'leased'
-	  AND CASE WHEN f.lease_holder IS NULL THEN f.lease_expires_at < now() ELSE NOT ` + liveHolder + ` END`
 
 // Claim makes holder the owner of the listed URLs that are still leased
 // under leaseID and not held by a live holder, and returns them. Rows

@@ -28,7 +28,8 @@ type HostLeaseParams struct {
 	Concurrency int
 }
 
-// maxLeaseHosts bounds the hosts one lease looks at.
+// maxLeaseHosts bounds the hosts one lease looks at, and with them what a
+// lease costs however large the frontier.
 const maxLeaseHosts = 20_000
 
 // LeaseHosts leases, for each host that needs more work, what it can
@@ -39,38 +40,53 @@ const maxLeaseHosts = 20_000
 // answer). A host gets more only once half its quota is done, and then up
 // to its quota: no host has more in flight than it can absorb before its
 // next lease, and its URLs never queue behind a pile of its own. Hosts are
-// taken least recently leased first, and a node's room is shared evenly
-// among the hosts due for it, so none starves. Paused hosts (Retry-After,
+// taken in turn (see dueHosts), and a node's room is shared evenly among
+// the hosts due for it, so none starves. Paused hosts (Retry-After,
 // robots.txt unavailable) are skipped until their pause ends.
+//
+// Every statement it runs reads through an index, and no more of it than
+// the hosts its walk passes (at most maxLeaseHosts with URLs due, and those
+// whose pending URLs are all paused or put off), the URLs it leases or
+// expires, and the campaign's holders: the cost of a lease does not grow
+// with the frontier (docs/scale.md has the plans at 10M rows).
 func (s *Store) LeaseHosts(ctx context.Context, p HostLeaseParams) (campaign.HostLease, error) {
 	var lease campaign.HostLease
 	err := s.retryTx(ctx, func(tx pgx.Tx) error {
 		lease = campaign.HostLease{}
-		if _, err := tx.Exec(ctx, expireLeases, p.CampaignKey); err != nil {
-			return fmt.Errorf("expire leases: %w", err)
+		if err := expireLeases(ctx, tx, p.CampaignKey); err != nil {
+			return err
 		}
-		budget, err := leaseBudget(ctx, tx, p.CampaignKey, p.MaxPages)
+		c, err := lockCampaign(ctx, tx, p.CampaignKey, p.MaxPages)
 		if err != nil {
 			return err
 		}
 		if err := tx.QueryRow(ctx, `SELECT nextval('lease_ids')`).Scan(&lease.LeaseID); err != nil {
 			return fmt.Errorf("new lease id: %w", err)
 		}
-		cands, err := dueHosts(ctx, tx, p)
+		cands, err := dueHosts(ctx, tx, p.CampaignKey, c.cursor, maxLeaseHosts)
 		if err != nil {
 			return err
+		}
+		// The campaign's own politeness is the least a host's pace can be.
+		own := Spacing(p.MinDelay)
+		for i := range cands {
+			pace := &cands[i].pace
+			pace.interval, pace.concurrency = max(own, pace.interval), p.Concurrency
 		}
 		plan := planLease(p, cands)
 		lease.More = plan.more
 		var fresh int64
 		if len(plan.takes) > 0 {
 			var leased map[int64][]int64
-			if fresh, leased, err = leaseRows(ctx, tx, p, lease.LeaseID, budget, plan); err != nil {
+			if fresh, leased, err = leaseRows(ctx, tx, p, lease.LeaseID, c.budget, plan); err != nil {
 				return err
 			}
 			lease.Batches = plan.batches(leased, p.BatchSize)
 		}
-		lease.BudgetExhausted = budget == 0 || (budget > 0 && fresh >= budget)
+		if err := c.advance(ctx, tx, p.CampaignKey, plan.last, fresh); err != nil {
+			return err
+		}
+		lease.BudgetExhausted = c.budget == 0 || (c.budget > 0 && fresh >= c.budget)
 		if lease.Size() > 0 {
 			return nil
 		}
@@ -80,12 +96,15 @@ func (s *Store) LeaseHosts(ctx context.Context, p HostLeaseParams) (campaign.Hos
 		}
 		lease.Pending, lease.LeasedElsewhere = left.pending, left.leased
 		lease.NextDue = campaign.Duration(left.nextDue)
-		if plan.eta > 0 && (left.nextDue == 0 || plan.eta < left.nextDue) {
+		if len(cands) > 0 {
+			lease.NextDue = 0 // due now, but held back: by a quota, or a node's full window
+		}
+		if plan.eta > 0 && (lease.NextDue == 0 || plan.eta < lease.NextDue.D()) {
 			lease.NextDue = campaign.Duration(plan.eta)
 		}
 		// Spent only once no URL it admitted waits (in retry backoff, or
 		// handed back): those are still the campaign's to fetch.
-		lease.BudgetExhausted = budget == 0 && left.pendingFresh == left.pending
+		lease.BudgetExhausted = c.budget == 0 && !left.readmitted
 		return nil
 	})
 	if err != nil {
@@ -94,20 +113,96 @@ func (s *Store) LeaseHosts(ctx context.Context, p HostLeaseParams) (campaign.Hos
 	return lease, nil
 }
 
-// leaseBudget is how many URLs never leased before the campaign may still
-// admit: -1 for no cap.
-func leaseBudget(ctx context.Context, tx pgx.Tx, key, maxPages int64) (int64, error) {
+// leaseState is what a lease reads from, and writes back to, its
+// campaign's row.
+type leaseState struct {
+	// budget is how many URLs never leased before the campaign may still
+	// admit: -1 for no cap.
+	budget int64
+	// cursor is the host where the last lease's walk stopped.
+	cursor int64
+}
+
+// lockCampaign reads the campaign's lease state, and locks its row: the
+// lock orders the leases of one campaign.
+func lockCampaign(ctx context.Context, tx pgx.Tx, key, maxPages int64) (leaseState, error) {
 	// NO KEY UPDATE, not UPDATE: the foreign-key checks of concurrent link
 	// inserts take KEY SHARE on this row, and must not queue behind the
-	// lease. The lock orders leases of one campaign.
+	// lease.
 	var admitted int64
-	if err := tx.QueryRow(ctx, `SELECT admitted FROM campaigns WHERE key = $1 FOR NO KEY UPDATE`, key).Scan(&admitted); err != nil {
-		return 0, fmt.Errorf("read campaign: %w", err)
+	c := leaseState{budget: -1}
+	if err := tx.QueryRow(ctx, `SELECT admitted, lease_cursor FROM campaigns WHERE key = $1 FOR NO KEY UPDATE`, key).
+		Scan(&admitted, &c.cursor); err != nil {
+		return c, fmt.Errorf("read campaign: %w", err)
 	}
-	if maxPages <= 0 {
-		return -1, nil
+	if maxPages > 0 {
+		c.budget = max(0, maxPages-admitted)
 	}
-	return max(0, maxPages-admitted), nil
+	return c, nil
+}
+
+// advance records a lease: the next walk starts after host last (0: where
+// this one started), and fresh more URLs are admitted.
+func (c leaseState) advance(ctx context.Context, tx pgx.Tx, key, last, fresh int64) error {
+	if last == 0 && fresh == 0 {
+		return nil
+	}
+	if last == 0 {
+		last = c.cursor
+	}
+	if _, err := tx.Exec(ctx, `UPDATE campaigns SET lease_cursor = $2, admitted = admitted + $3 WHERE key = $1`, key, last, fresh); err != nil {
+		return fmt.Errorf("record lease: %w", err)
+	}
+	return nil
+}
+
+// expireLeases returns to pending the leased rows of the campaign that
+// nobody can still settle: unclaimed ones past their lease's expiry, and
+// claimed ones whose holder stopped renewing (its node died, or lost
+// Postgres and with it the right to commit). A row a live holder keeps is
+// never taken from it, however long its host makes it wait.
+//
+// It reads the expired rows, and one index entry per holder of the
+// campaign's rows (about one per node), never all the rows in flight.
+func expireLeases(ctx context.Context, tx pgx.Tx, key int64) error {
+	if _, err := tx.Exec(ctx, `
+		UPDATE frontier SET state = 'pending', lease_id = NULL, lease_expires_at = NULL
+		WHERE campaign = $1 AND state = 'leased' AND lease_holder IS NULL AND lease_expires_at < now()`, key); err != nil {
+		return fmt.Errorf("expire unclaimed leases: %w", err)
+	}
+	// The holders, by a skip scan over frontier_held: one probe each.
+	rows, err := tx.Query(ctx, `
+		WITH RECURSIVE held(holder) AS (
+			(SELECT lease_holder FROM frontier
+			 WHERE campaign = $1 AND state = 'leased' AND lease_holder IS NOT NULL
+			 ORDER BY lease_holder LIMIT 1)
+			UNION ALL
+			SELECT (SELECT f.lease_holder FROM frontier f
+			        WHERE f.campaign = $1 AND f.state = 'leased' AND f.lease_holder > held.holder
+			        ORDER BY f.lease_holder LIMIT 1)
+			FROM held WHERE held.holder IS NOT NULL
+		)
+		SELECT holder FROM held
+		WHERE holder IS NOT NULL
+		  AND NOT EXISTS (SELECT FROM holders h WHERE h.holder = held.holder AND h.alive_until > now())`, key)
+	if err != nil {
+		return fmt.Errorf("find dead holders: %w", err)
+	}
+	dead, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("find dead holders: %w", err)
+	}
+	if len(dead) == 0 {
+		return nil
+	}
+	// The holders as a value, not a subquery: the planner then reads
+	// their rows only, not every held row to drop the live holders' ones.
+	if _, err := tx.Exec(ctx, `
+		UPDATE frontier SET state = 'pending', lease_id = NULL, lease_holder = NULL, lease_expires_at = NULL
+		WHERE campaign = $1 AND state = 'leased' AND lease_holder = ANY ($2::text[])`, key, dead); err != nil {
+		return fmt.Errorf("expire the leases of %d dead holders: %w", len(dead), err)
+	}
+	return nil
 }
 
 // hostCandidate is a host with URLs due, as leasing sees it.
@@ -141,25 +236,64 @@ func (h hostPace) quota(horizon time.Duration, most int) int {
 	return min(max(int(math.Ceil(float64(horizon)/float64(per))), 1), most)
 }
 
-func dueHosts(ctx context.Context, tx pgx.Tx, p HostLeaseParams) ([]hostCandidate, error) {
+// dueHosts returns up to limit hosts of the campaign that have URLs due
+// and are not paused, in the order of a walk round the campaign's hosts
+// with pending URLs (by ID) that starts after host after and wraps.
+//
+// A walk, not a sort: the walk reads frontier_pending one entry per host
+// (a skip scan), stops at limit, and never meets a host with nothing
+// pending, however many the campaign has finished. Each lease resumes
+// where the last one's work stopped (leaseState.cursor), so every host
+// with work is reached in turn, whatever its ID, and none starves.
+func dueHosts(ctx context.Context, tx pgx.Tx, key, after int64, limit int) ([]hostCandidate, error) {
+	cands, err := walkHosts(ctx, tx, key, after, math.MaxInt64, limit)
+	if err != nil {
+		return nil, err
+	}
+	if len(cands) < limit && after > 0 {
+		wrapped, err := walkHosts(ctx, tx, key, 0, after, limit-len(cands))
+		if err != nil {
+			return nil, err
+		}
+		cands = append(cands, wrapped...)
+	}
+	return cands, nil
+}
+
+// walkHosts is dueHosts over hosts with IDs in (from, to].
+func walkHosts(ctx context.Context, tx pgx.Tx, key, from, to int64, limit int) ([]hostCandidate, error) {
+	// The recursive CTE yields one host a step, in ID order, and only as
+	// many as LIMIT asks for; LATERAL keeps that order (a nested loop,
+	// one primary-key lookup a host).
 	rows, err := tx.Query(ctx, `
-		SELECT h.id, h.shard_key, coalesce(s.interval_ms, 0), coalesce(s.latency_ms, 0),
+		WITH RECURSIVE walk(host_id) AS (
+			(SELECT f.host_id FROM frontier f
+			 WHERE f.campaign = $1 AND f.state = 'pending' AND f.host_id > $2 AND f.host_id <= $3
+			 ORDER BY f.host_id LIMIT 1)
+			UNION ALL
+			SELECT (SELECT f.host_id FROM frontier f
+			        WHERE f.campaign = $1 AND f.state = 'pending' AND f.host_id > w.host_id AND f.host_id <= $3
+			        ORDER BY f.host_id LIMIT 1)
+			FROM walk w WHERE w.host_id IS NOT NULL
+		)
+		SELECT h.id, h.shard_key, h.interval_ms, h.latency_ms,
 		       (SELECT count(*) FROM frontier f WHERE f.campaign = $1 AND f.host_id = h.id AND f.state = 'leased')
-		FROM hosts h LEFT JOIN host_state s ON s.shard_key = h.shard_key
-		WHERE h.campaign = $1 AND (s.paused_until IS NULL OR s.paused_until <= now())
-		  AND EXISTS (SELECT 1 FROM frontier f WHERE f.campaign = $1 AND f.host_id = h.id
-		              AND f.state = 'pending' AND f.next_attempt_at <= now())
-		ORDER BY h.last_leased_at NULLS FIRST, h.id
-		LIMIT $2`, p.CampaignKey, maxLeaseHosts)
+		FROM walk w CROSS JOIN LATERAL (
+			SELECT h.id, h.shard_key, coalesce(s.interval_ms, 0) AS interval_ms, coalesce(s.latency_ms, 0) AS latency_ms
+			FROM hosts h LEFT JOIN host_state s ON s.shard_key = h.shard_key
+			WHERE h.id = w.host_id AND (s.paused_until IS NULL OR s.paused_until <= now())
+			  AND EXISTS (SELECT 1 FROM frontier f WHERE f.campaign = $1 AND f.host_id = h.id
+			              AND f.state = 'pending' AND f.next_attempt_at <= now())
+		) h
+		LIMIT $4`, key, from, to, limit)
 	if err != nil {
 		return nil, fmt.Errorf("hosts due: %w", err)
 	}
-	own := Spacing(p.MinDelay)
 	cands, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (hostCandidate, error) {
 		var c hostCandidate
 		var intervalMs, latencyMs int64
 		err := r.Scan(&c.id, &c.key, &intervalMs, &latencyMs, &c.inflight)
-		c.pace = hostPace{interval: max(own, fromMs(intervalMs)), latency: fromMs(latencyMs), concurrency: p.Concurrency}
+		c.pace = hostPace{interval: fromMs(intervalMs), latency: fromMs(latencyMs)}
 		return c, err
 	})
 	if err != nil {
@@ -184,6 +318,7 @@ type leasePlan struct {
 	takes []hostTake
 	more  bool          // a node ran out of room before its due hosts did
 	eta   time.Duration // until the first host held back by its quota is due
+	last  int64         // the host given work that the walk reached last; 0 if none
 }
 
 type hostTake struct {
@@ -207,11 +342,12 @@ func planLease(p HostLeaseParams, cands []hostCandidate) leasePlan {
 	r := ring.New(members...)
 	type due struct {
 		c     hostCandidate
+		walk  int // its place in the walk
 		owner string
 		need  int
 	}
 	byNode := map[string][]due{}
-	for _, c := range cands {
+	for i, c := range cands {
 		owner, ok := r.Lookup(c.key)
 		if !ok || room[owner] <= 0 {
 			continue
@@ -224,8 +360,9 @@ func planLease(p HostLeaseParams, cands []hostCandidate) leasePlan {
 			}
 			continue
 		}
-		byNode[owner] = append(byNode[owner], due{c: c, owner: owner, need: q - c.inflight})
+		byNode[owner] = append(byNode[owner], due{c: c, walk: i, owner: owner, need: q - c.inflight})
 	}
+	lastWalk := -1
 	for _, n := range p.Nodes {
 		hosts := byNode[n.ID]
 		if len(hosts) == 0 {
@@ -241,6 +378,9 @@ func planLease(p HostLeaseParams, cands []hostCandidate) leasePlan {
 			take := min(h.need, share, left)
 			left -= take
 			plan.takes = append(plan.takes, hostTake{hostID: h.c.id, key: h.c.key, node: n.ID, take: take})
+			if h.walk > lastWalk {
+				lastWalk, plan.last = h.walk, h.c.id
+			}
 		}
 	}
 	return plan
@@ -248,7 +388,7 @@ func planLease(p HostLeaseParams, cands []hostCandidate) leasePlan {
 
 // leaseRows leases the planned URLs, shallowest first within each host,
 // stopping at the page budget. It returns how many were never leased
-// before, and the IDs leased per host.
+// before (the caller counts them admitted), and the IDs leased per host.
 func leaseRows(ctx context.Context, tx pgx.Tx, p HostLeaseParams, leaseID, budget int64, plan leasePlan) (int64, map[int64][]int64, error) {
 	hostIDs := make([]int64, len(plan.takes))
 	takes := make([]int32, len(plan.takes))
@@ -261,12 +401,20 @@ func leaseRows(ctx context.Context, tx pgx.Tx, p HostLeaseParams, leaseID, budge
 		), cand AS (
 			SELECT f.id, f.fresh, row_number() OVER (ORDER BY want.ord, f.depth, f.id) AS ord
 			FROM want CROSS JOIN LATERAL (
-				SELECT id, depth, first_leased_at IS NULL AS fresh FROM frontier f
-				WHERE f.campaign = $1 AND f.host_id = want.host_id AND f.state = 'pending' AND f.next_attempt_at <= now()
-				  AND ($4::bigint <> 0 OR f.first_leased_at IS NOT NULL)
 				-- Under a page budget, URLs it already admitted (back from
-				-- retry backoff, or handed back) first: fresh ones may not fit.
-				ORDER BY CASE WHEN $4::bigint >= 0 THEN f.first_leased_at IS NULL ELSE false END, f.depth, f.id
+				-- retry backoff, or handed back) first: fresh ones may not
+				-- fit. Each part reads its index in order, and only as far
+				-- as the take: a sort would read every pending URL of the
+				-- host.
+				(SELECT id, depth, false AS fresh FROM frontier f
+				 WHERE $4::bigint >= 0 AND f.campaign = $1 AND f.host_id = want.host_id AND f.state = 'pending'
+				   AND f.first_leased_at IS NOT NULL AND f.next_attempt_at <= now()
+				 ORDER BY f.depth, f.id LIMIT want.take)
+				UNION ALL
+				(SELECT id, depth, first_leased_at IS NULL AS fresh FROM frontier f
+				 WHERE f.campaign = $1 AND f.host_id = want.host_id AND f.state = 'pending' AND f.next_attempt_at <= now()
+				   AND ($4::bigint < 0 OR ($4::bigint > 0 AND f.first_leased_at IS NULL))
+				 ORDER BY f.depth, f.id LIMIT want.take)
 				LIMIT want.take
 			) f
 		), picked AS (
@@ -302,20 +450,6 @@ func leaseRows(ctx context.Context, tx pgx.Tx, p HostLeaseParams, leaseID, budge
 	}
 	if err := rows.Err(); err != nil {
 		return 0, nil, fmt.Errorf("lease: %w", err)
-	}
-	leased := make([]int64, 0, len(byHost))
-	for hostID := range byHost {
-		leased = append(leased, hostID)
-	}
-	if len(leased) > 0 {
-		if _, err := tx.Exec(ctx, `UPDATE hosts SET last_leased_at = now() WHERE id = ANY($1)`, leased); err != nil {
-			return 0, nil, fmt.Errorf("mark hosts leased: %w", err)
-		}
-	}
-	if fresh > 0 {
-		if _, err := tx.Exec(ctx, `UPDATE campaigns SET admitted = admitted + $2 WHERE key = $1`, p.CampaignKey, fresh); err != nil {
-			return 0, nil, fmt.Errorf("count admitted: %w", err)
-		}
 	}
 	return fresh, byHost, nil
 }
