@@ -342,8 +342,26 @@ func (d *dispatcher) finish() (campaign.Summary, error) {
 		return sum, fmt.Errorf("finish campaign %s: %w", d.id, err)
 	}
 	d.state = "completed"
+	d.settleCounters(sum)
 	d.progress(d.ctx, campaign.StatusCompleted, sum.Fetched, sum.Failed, true)
 	return sum, nil
+}
+
+// settleCounters takes the campaign's final figures from Postgres, the
+// truth: the counters sum batch reports, and a node that dies after a
+// commit but before it reports (or heartbeats) leaves pages out of them.
+// Status of a finished campaign then agrees with its summary.
+func (d *dispatcher) settleCounters(sum campaign.Summary) {
+	c := &d.counters
+	c.Fetched, c.Failed, c.Excluded, c.Bytes = sum.Fetched, sum.Failed, sum.Excluded, sum.Bytes
+	if sum.URLs >= c.Seeds {
+		c.Discovered = sum.URLs - c.Seeds
+	}
+	for _, id := range d.order {
+		if pages, ok := sum.PerNode[id]; ok {
+			d.nodes[id].fetched = pages
+		}
+	}
 }
 
 // finishCancelled waits for in-flight batches to hand their URLs back, then

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -59,6 +60,10 @@ type fakeCluster struct {
 	// latency is each node's ms per request (default 10).
 	latency map[string]int64
 	attrs   []string
+	// done are the URLs fetched, and perNode counts them by node: what
+	// Postgres knows, whatever the batches reported.
+	done    map[int64]bool
+	perNode map[string]int64
 }
 
 const quotaPerHost = 2
@@ -74,6 +79,7 @@ func newFakeCluster(hosts, perHost int, nodes ...campaign.NodeInfo) *fakeCluster
 	f := &fakeCluster{
 		nodes: nodes, pending: map[string][]int64{}, keyOf: map[int64]string{},
 		inflight: map[string]int{}, batches: map[string]int{}, window: 2,
+		done: map[int64]bool{}, perNode: map[string]int64{},
 	}
 	id := int64(0)
 	for h := range hosts {
@@ -181,6 +187,8 @@ func (f *fakeCluster) settle(node string, ids []int64, back bool) {
 			f.pending[key] = append(f.pending[key], id)
 		} else {
 			f.fetched++
+			f.done[id] = true
+			f.perNode[node]++
 		}
 	}
 }
@@ -221,12 +229,17 @@ func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.releases = append(f.releases, req)
+		n := 0
 		for _, id := range req.IDs {
+			if f.done[id] {
+				continue // committed before its node died: not leased any more
+			}
 			key := f.keyOf[id]
 			f.inflight[key]--
 			f.pending[key] = append(f.pending[key], id)
+			n++
 		}
-		return len(req.IDs), nil
+		return n, nil
 	}, campaign.ReleaseBatchActivity)
 	reg(func(_ context.Context, req campaign.MembershipRequest) ([]campaign.NodeInfo, error) {
 		f.mu.Lock()
@@ -243,7 +256,7 @@ func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.finished = &req
-		return campaign.Summary{Outcome: req.Outcome, Fetched: f.fetched}, nil
+		return campaign.Summary{Outcome: req.Outcome, Fetched: f.fetched, PerNode: maps.Clone(f.perNode)}, nil
 	}, campaign.FinishCampaignActivity)
 }
 
@@ -665,3 +678,68 @@ func TestAdaptiveWeightsFavourFastNodes(t *testing.T) {
 }
 
 var mockAny = mock.Anything
+
+// TestStatusAgreesWithPostgresAfterNodeDies is issue 11 defect 9: a node
+// commits part of a batch and dies before it reports it (its last
+// heartbeat predates the commit). When the campaign ends, status must give
+// Postgres' figures, overall and for the node, not the sum of reports.
+func TestStatusAgreesWithPostgresAfterNodeDies(t *testing.T) {
+	f := newFakeCluster(30, 4, alive("a", 1), alive("b", 1))
+	f.holdAfter = 40
+	var dies sync.Once
+	committed := 0
+	f.failFetch = func(ctx context.Context, req campaign.FetchBatchRequest) error {
+		victim := false
+		if req.Node == "b" && len(req.IDs) >= 2 {
+			dies.Do(func() { victim = true })
+		}
+		if !victim {
+			return nil
+		}
+		f.mu.Lock()
+		half := req.IDs[:len(req.IDs)/2]
+		committed = len(half)
+		for _, id := range half {
+			key := f.keyOf[id]
+			f.inflight[key]--
+			f.fetched++
+			f.done[id] = true
+			f.perNode["b"]++
+		}
+		f.mu.Unlock()
+		<-ctx.Done() // b is gone: it answers only the cancellation, with nothing reported
+		return temporal.NewCanceledError()
+	}
+	env := newEnv(t, f)
+	midCampaignFor(env, f, 3*time.Second, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.nodes = []campaign.NodeInfo{alive("a", 1), {ID: "b", Weight: 1, Incarnation: "b-1"}}
+	})
+	spec := testSpec()
+	spec.Dispatch.MembershipRefresh = campaign.Duration(time.Second)
+	sum := run(t, env, spec)
+	if committed == 0 {
+		t.Fatal("b never committed part of a batch; the test proves nothing")
+	}
+	if sum.Fetched != 120 {
+		t.Fatalf("summary says %d fetched, want 120", sum.Fetched)
+	}
+	v, err := env.QueryWorkflow(campaign.StatusQuery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st campaign.Status
+	if err := v.Get(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Counters.Fetched != sum.Fetched {
+		t.Errorf("status says %d fetched, Postgres %d: the %d pages b committed before dying are missing",
+			st.Counters.Fetched, sum.Fetched, committed)
+	}
+	for _, n := range st.Nodes {
+		if want := sum.PerNode[n.ID]; n.Fetched != want {
+			t.Errorf("status says node %s fetched %d, Postgres %d", n.ID, n.Fetched, want)
+		}
+	}
+}

@@ -130,6 +130,7 @@ func TestKilledNodeLosesNothing(t *testing.T) {
 	if len(twice) > inflight {
 		t.Fatalf("%d pages fetched again, more than the %d URLs the killed node held", len(twice), inflight)
 	}
+	statusAgreesWithPostgres(t, s, id)
 
 	// How long the killed node's hosts waited for another node.
 	var moves []time.Duration
@@ -148,6 +149,46 @@ func TestKilledNodeLosesNothing(t *testing.T) {
 	t.Logf("killed %s holding %d URLs (%d hosts); %d pages fetched again; its hosts resumed elsewhere after %v (first) .. %v (last, %d hosts with work left)",
 		victim.ID, inflight, len(hosts), len(twice), moves[0].Round(time.Millisecond), moves[len(moves)-1].Round(time.Millisecond), len(moves))
 	harness.RecordHistory(t, s.Client, id, "node_killed")
+}
+
+// statusAgreesWithPostgres checks a finished campaign's status against
+// Postgres: pages fetched, overall and by node (issue 11, defect 9: the
+// pages a killed node committed but never reported were missing).
+func statusAgreesWithPostgres(t *testing.T, s *harness.Stack, id string) {
+	t.Helper()
+	st, err := s.Campaigns.Status(bg, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fetched int64
+	if err := s.Store.Pool().QueryRow(bg, `SELECT count(*) FROM frontier WHERE state = 'fetched'`).Scan(&fetched); err != nil {
+		t.Fatal(err)
+	}
+	if st.Counters.Fetched != fetched {
+		t.Errorf("status says %d pages fetched, Postgres %d", st.Counters.Fetched, fetched)
+	}
+	perNode := map[string]int64{}
+	rows, err := s.Store.Pool().Query(bg, `SELECT node, count(*) FROM pages GROUP BY node`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var node string
+		var n int64
+		if err := rows.Scan(&node, &n); err != nil {
+			t.Fatal(err)
+		}
+		perNode[node] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range st.Nodes {
+		if n.Fetched != perNode[n.ID] {
+			t.Errorf("status says node %s fetched %d pages, Postgres %d", n.ID, n.Fetched, perNode[n.ID])
+		}
+	}
 }
 
 // TestNewNodeTakesItsShare is acceptance 2: a fourth node started
