@@ -19,6 +19,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/log"
@@ -40,6 +41,21 @@ func Register(r interface {
 // hostFlowChange versions the dispatcher: runs that started before it
 // (no marker in their history) go on under package legacy.
 const hostFlowChange = "host-aware-flow"
+
+// boundedRunChange versions two bounds on a run (issue 11, defect 1). A
+// run after it forgets, once released, the batches a previous run handed
+// on for nodes dead already, as died does for a node dying during the run,
+// so a dead node leaves the carry at the next continue-as-new; before it,
+// a dead node whose batch never reported was carried from run to run. And
+// it offers a lease no more batches than the run's history has room for
+// (see historyRoom); before it, the last lease of a run with many nodes
+// could add thousands of events past max_history_events.
+const boundedRunChange = "bounded-run"
+
+// batchEvents is what one batch may cost a run's history: scheduled,
+// cancel requested, started, closed, and the workflow task its result
+// wakes.
+const batchEvents = 7
 
 // CrawlCampaign crawls spec to completion and returns the summary from
 // Postgres. carry is nil on a fresh start and set by continue-as-new; the
@@ -136,6 +152,9 @@ type dispatcher struct {
 	cancelled       bool
 	state           string
 
+	// boundedRun: see boundedRunChange.
+	boundedRun bool
+
 	attrs []string  // search attributes the namespace has (see progress)
 	pub   published // what they last said
 }
@@ -187,6 +206,7 @@ func newDispatcher(ctx workflow.Context, spec campaign.Spec, carry *campaign.Car
 		return nil, temporal.NewNonRetryableApplicationError("invalid campaign spec: "+err.Error(), "InvalidSpec", nil)
 	}
 	d.spec = normalized
+	d.boundedRun = workflow.GetVersion(ctx, boundedRunChange, workflow.DefaultVersion, 1) == 1
 	d.run = 1
 	if carry != nil {
 		d.key, d.run, d.counters, d.paused, d.rejected = carry.CampaignKey, carry.Run+1, carry.Counters, carry.Paused, carry.Rejected
@@ -218,6 +238,9 @@ func (d *dispatcher) loop() (campaign.Summary, error) {
 		d.counters.Seeds = int64(start.SeedsInserted)
 	}
 	d.releaseOrphanedLeases()
+	if d.boundedRun {
+		d.forgetDeadOrphans()
+	}
 	d.refreshMembership()
 	d.scheduleMembershipTimer()
 	d.sel.AddReceive(d.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
@@ -267,10 +290,23 @@ func (d *dispatcher) finished() bool {
 
 func (d *dispatcher) continueAsNewDue() bool {
 	info := workflow.GetInfo(d.ctx)
-	// Batches in flight are handed on, not awaited: the margin covers only
-	// the lease and the writes outstanding when it falls due.
-	margin := min(500, d.spec.Dispatch.MaxHistoryEvents/5)
-	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() > d.spec.Dispatch.MaxHistoryEvents-margin
+	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() > d.spec.Dispatch.MaxHistoryEvents-d.historyMargin()
+}
+
+// historyMargin is how far below max_history_events a run stops leasing.
+// It does not grow with the nodes: batches in flight are handed on, not
+// awaited, and the last lease's batches fit in historyRoom, so the margin
+// covers only the lease and the writes outstanding when it falls due.
+func (d *dispatcher) historyMargin() int {
+	return min(500, d.spec.Dispatch.MaxHistoryEvents/5)
+}
+
+// historyRoom is how many batches the run's history has room for: those
+// of a lease made just before continue-as-new falls due must fit in half
+// the margin.
+func (d *dispatcher) historyRoom() int {
+	left := d.spec.Dispatch.MaxHistoryEvents - d.historyMargin()/2 - workflow.GetInfo(d.ctx).GetCurrentHistoryLength()
+	return max(1, left/batchEvents)
 }
 
 // continueAsNew hands the campaign to a new run. Batches in flight go on:
@@ -327,6 +363,20 @@ func (d *dispatcher) releaseOrphanedLeases() {
 	if len(leases) > 0 {
 		d.releaseWith(campaign.ReleaseRequest{CampaignKey: d.key, Leases: leases}, "batches of the last run no node picked up")
 	}
+}
+
+// forgetDeadOrphans drops the carried batches of nodes dead already: their
+// URLs were just released (or their leases expire), and a dead node sends
+// no report. A node the registry calls dead while it fetches on loses its
+// late reports from the counters; the summary, from Postgres, has them.
+func (d *dispatcher) forgetDeadOrphans() {
+	kept := d.orphans[:0]
+	for _, o := range d.orphans {
+		if n, ok := d.nodes[o.Node]; ok && n.health != dead {
+			kept = append(kept, o)
+		}
+	}
+	d.orphans = kept
 }
 
 func (d *dispatcher) finish() (campaign.Summary, error) {
@@ -413,6 +463,9 @@ func (d *dispatcher) maybeLease() {
 		return
 	}
 	nodes, room := d.rooms()
+	if d.boundedRun {
+		nodes, room = capRooms(nodes, room, d.historyRoom())
+	}
 	switch {
 	case len(nodes) == 0:
 		d.state = "waiting for nodes"
@@ -457,6 +510,27 @@ func (d *dispatcher) maybeLease() {
 			d.schedule(lease.LeaseID, nb)
 		}
 	})
+}
+
+// capRooms shares limit batches among the nodes' rooms, one to each in
+// turn, when their rooms add up to more.
+func capRooms(nodes []campaign.LeaseNode, room, limit int) ([]campaign.LeaseNode, int) {
+	if room <= limit {
+		return nodes, room
+	}
+	capped := slices.Clone(nodes)
+	for i := range capped {
+		capped[i].Batches = 0
+	}
+	for given := 0; given < limit; {
+		for i := range capped {
+			if given < limit && capped[i].Batches < nodes[i].Batches {
+				capped[i].Batches++
+				given++
+			}
+		}
+	}
+	return capped, limit
 }
 
 // maybeWaitTimer sleeps until leasing makes sense again, when nothing else

@@ -679,6 +679,110 @@ func TestAdaptiveWeightsFavourFastNodes(t *testing.T) {
 
 var mockAny = mock.Anything
 
+// TestContinueAsNewLeasesWithManyDeadNodes is issue 11's continue-as-new
+// loop: nodes join and die across runs with max_history_events at its
+// minimum (500). Each run must lease and fetch before it continues as new,
+// and the carry must not grow with nodes long dead: a node is carried at
+// most into the run after the one it died in, even one that died with a
+// batch it never answered for; and a run's history must stay within
+// max_history_events. v0.1.0 kept every node ever seen and set the
+// margin to 8 × window × nodes: with 16 nodes and the default window of 4
+// the margin passed 500 and every run continued as new at its first task,
+// leasing nothing.
+func TestContinueAsNewLeasesWithManyDeadNodes(t *testing.T) {
+	const (
+		runs    = 5
+		perRun  = 16 // nodes alive in a run; those of earlier runs are dead
+		maxHist = 500
+	)
+	f := newFakeCluster(400, 10)
+	f.window = campaign.DefaultWindowPerNode
+	// Each run, one node hangs on its batches, not even answering their
+	// cancellation, and the registry calls it dead: its batches are still
+	// open when the run continues as new.
+	hung := make(chan struct{})
+	t.Cleanup(func() { close(hung) })
+	f.failFetch = func(ctx context.Context, req campaign.FetchBatchRequest) error {
+		if strings.HasSuffix(req.Node, "-doomed") {
+			<-hung
+			return temporal.NewCanceledError()
+		}
+		return nil
+	}
+	spec := testSpec()
+	spec.Dispatch.WindowPerNode = campaign.DefaultWindowPerNode
+	spec.Dispatch.MaxHistoryEvents = maxHist
+	spec.Dispatch.MembershipRefresh = campaign.Duration(time.Second)
+
+	var carry *campaign.Carry
+	var dead []campaign.NodeInfo
+	for r := 1; r <= runs; r++ {
+		var nodes []campaign.NodeInfo
+		for i := range perRun {
+			nodes = append(nodes, alive(fmt.Sprintf("r%d-n%02d", r, i), 1))
+		}
+		doomed := alive(fmt.Sprintf("r%d-doomed", r), 1)
+		f.mu.Lock()
+		f.nodes = append(append(slices.Clone(dead), nodes...), doomed)
+		before := len(f.fetches)
+		f.mu.Unlock()
+
+		env := newEnv(t, f)
+		meter := newHistoryMeter(env, true)
+		env.RegisterDelayedCallback(func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.nodes[len(f.nodes)-1].Alive = false
+		}, 1500*time.Millisecond)
+		if carry == nil {
+			env.ExecuteWorkflow(campaign.WorkflowType, spec)
+		} else {
+			env.ExecuteWorkflow(campaign.WorkflowType, spec, carry)
+		}
+		var can *workflow.ContinueAsNewError
+		if err := env.GetWorkflowError(); !errors.As(err, &can) {
+			t.Fatalf("run %d ended with %v, want continue-as-new (the frontier is far from done)", r, err)
+		}
+		carry = nil
+		if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &spec, &carry); err != nil {
+			t.Fatal(err)
+		}
+		f.mu.Lock()
+		fetched, doomedBatches := 0, 0
+		for _, c := range f.fetches[before:] {
+			if c.ok {
+				fetched += len(c.ids)
+			}
+			if c.node == doomed.ID {
+				doomedBatches++
+			}
+		}
+		f.mu.Unlock()
+		t.Logf("run %d: %d estimated events, %d URLs fetched, carry of %d nodes and %d orphans",
+			r, meter.total(), fetched, len(carry.Nodes), len(carry.Orphans))
+		if fetched == 0 {
+			t.Fatalf("run %d continued as new without fetching anything", r)
+		}
+		if meter.total() > maxHist {
+			t.Fatalf("run %d wrote some %d events, past max_history_events %d", r, meter.total(), maxHist)
+		}
+		if doomedBatches == 0 {
+			t.Fatalf("run %d: %s got no batch before it died; the test proves less than it says", r, doomed.ID)
+		}
+		// A node that died in this run may still be carried, with the
+		// batches it had open; one dead in an earlier run may not.
+		for _, n := range carry.Nodes {
+			if !strings.HasPrefix(n.ID, fmt.Sprintf("r%d-", r)) && !strings.HasPrefix(n.ID, fmt.Sprintf("r%d-", r-1)) {
+				t.Fatalf("run %d carried node %s, dead since an earlier run (%d nodes carried): dead nodes pile up", r, n.ID, len(carry.Nodes))
+			}
+		}
+		for _, n := range append(nodes, doomed) {
+			n.Alive = false
+			dead = append(dead, n)
+		}
+	}
+}
+
 // TestStatusAgreesWithPostgresAfterNodeDies is issue 11 defect 9: a node
 // commits part of a batch and dies before it reports it (its last
 // heartbeat predates the commit). When the campaign ends, status must give
