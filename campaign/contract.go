@@ -466,6 +466,9 @@ type Carry struct {
 	// still be fetching them: in flight at continue-as-new, or given up on
 	// while their node lived on. Their reports arrive as signals.
 	Orphans []OrphanBatch `json:"orphans,omitempty"`
+	// Changes are ring changes not yet in node_weight_history (Postgres
+	// was away when the run ended): the next run writes them.
+	Changes []RingChange `json:"changes,omitempty"`
 }
 
 // OrphanBatch is a batch whose result may still arrive as a BatchReport.

@@ -152,6 +152,10 @@ type dispatcher struct {
 	cancelled       bool
 	state           string
 
+	// waitOutages: this run holds failed control calls back
+	// (controlRetryChange); out is the state of that.
+	waitOutages bool
+	out         outage
 	// boundedRun: see boundedRunChange.
 	boundedRun bool
 
@@ -206,11 +210,13 @@ func newDispatcher(ctx workflow.Context, spec campaign.Spec, carry *campaign.Car
 		return nil, temporal.NewNonRetryableApplicationError("invalid campaign spec: "+err.Error(), "InvalidSpec", nil)
 	}
 	d.spec = normalized
+	d.waitOutages = workflow.GetVersion(ctx, controlRetryChange, workflow.DefaultVersion, 1) == 1
 	d.boundedRun = workflow.GetVersion(ctx, boundedRunChange, workflow.DefaultVersion, 1) == 1
 	d.run = 1
 	if carry != nil {
 		d.key, d.run, d.counters, d.paused, d.rejected = carry.CampaignKey, carry.Run+1, carry.Counters, carry.Paused, carry.Rejected
 		d.dispatchedLease, d.attrs, d.batchSeq, d.orphans = carry.DispatchedLease, carry.SearchAttributes, carry.BatchSeq, carry.Orphans
+		d.changes = carry.Changes
 		for _, c := range carry.Nodes {
 			d.addNode(nodeFromCarry(c))
 		}
@@ -242,7 +248,12 @@ func (d *dispatcher) loop() (campaign.Summary, error) {
 		d.forgetDeadOrphans()
 	}
 	d.refreshMembership()
-	d.scheduleMembershipTimer()
+	if !d.waitOutages {
+		// Runs before controlRetryChange keep the second chain of
+		// refreshes this started: refreshMembership times the next one
+		// from its own end already.
+		d.scheduleMembershipTimer()
+	}
 	d.sel.AddReceive(d.wake, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
 	// Cancellation wakes the loop once; selecting on ctx.Done() itself
 	// would fire on every later Select while the batches wind down.
@@ -254,6 +265,7 @@ func (d *dispatcher) loop() (campaign.Summary, error) {
 	})
 
 	for {
+		d.retryControl()
 		d.flushChanges()
 		if d.cancelled {
 			return d.finishCancelled()
@@ -285,7 +297,7 @@ func (d *dispatcher) quiet() bool {
 // the page budget is spent and only URLs it would not admit are left.
 func (d *dispatcher) finished() bool {
 	l := d.lastLease
-	return d.quiet() && d.leaseDry && l.LeasedElsewhere == 0 && (l.Pending == 0 || l.BudgetExhausted)
+	return d.quiet() && len(d.changes) == 0 && d.leaseDry && l.LeasedElsewhere == 0 && (l.Pending == 0 || l.BudgetExhausted)
 }
 
 func (d *dispatcher) continueAsNewDue() bool {
@@ -322,6 +334,9 @@ func (d *dispatcher) continueAsNew() error {
 		CampaignKey: d.key, Run: d.run, Counters: d.counters, Paused: d.paused, Rejected: d.rejected,
 		DispatchedLease: d.dispatchedLease, SearchAttributes: d.attrs, BatchSeq: d.batchSeq,
 		Orphans: lastOrphans(orphans),
+		// Ring changes not yet written (Postgres away): the next run
+		// writes them.
+		Changes: d.changes,
 	}
 	for _, id := range d.order {
 		n := d.nodes[id]
@@ -461,6 +476,9 @@ func (d *dispatcher) maybeLease() {
 	case d.paused:
 		d.state = "paused"
 		return
+	case d.holdingBack(callLease):
+		d.state = "waiting for Postgres"
+		return
 	}
 	nodes, room := d.rooms()
 	if d.boundedRun {
@@ -493,10 +511,16 @@ func (d *dispatcher) maybeLease() {
 		d.leasedAt = workflow.Now(d.ctx)
 		var lease campaign.HostLease
 		if err := f.Get(d.ctx, &lease); err != nil {
-			d.log.Warn("lease failed", "error", err)
-			d.leaseDry, d.lastLease = true, campaign.HostLease{Pending: 1, NextDue: campaign.Duration(5 * time.Second)}
+			next := 5 * time.Second
+			if d.waitOutages {
+				next = d.controlFailed(callLease, err)
+			} else {
+				d.log.Warn("lease failed", "error", err)
+			}
+			d.leaseDry, d.lastLease = true, campaign.HostLease{Pending: 1, NextDue: campaign.Duration(next)}
 			return
 		}
+		d.controlSucceeded(callLease)
 		d.lastLease = lease
 		if lease.Size() == 0 {
 			// Stale if a batch finished meanwhile: it may have added links
@@ -537,8 +561,8 @@ func capRooms(nodes []campaign.LeaseNode, room, limit int) ([]campaign.LeaseNode
 // would wake the loop first: URLs in retry backoff, hosts under their
 // quota or paused, leases to expire, or the lease pace.
 func (d *dispatcher) maybeWaitTimer() {
-	if d.timerSet || d.leasing || d.paused || d.continueAsNewDue() {
-		return
+	if d.timerSet || d.leasing || d.paused || d.holdingBack(callLease) || d.continueAsNewDue() {
+		return // holding back, retryControl's timer wakes the loop
 	}
 	if _, room := d.rooms(); room == 0 {
 		return // a batch completing wakes the loop
@@ -694,16 +718,30 @@ func (d *dispatcher) release(leaseID int64, ids []int64) {
 }
 
 func (d *dispatcher) releaseWith(req campaign.ReleaseRequest, why string) {
+	if d.holdingBack(callRelease) {
+		d.out.releases = append(d.out.releases, req)
+		return
+	}
 	d.ops++
+	d.out.releasing++
 	f := workflow.ExecuteLocalActivity(d.localOptions(), campaign.ReleaseBatchActivity, req)
 	d.sel.AddFuture(f, func(f workflow.Future) {
 		d.ops--
+		d.out.releasing--
 		d.leaseDry = false
 		var n int
 		if err := f.Get(d.ctx, &n); err != nil {
+			if d.waitOutages {
+				// Tried again with the other calls; if the run continues
+				// as new first, the lease expires instead.
+				d.controlFailed(callRelease, err)
+				d.out.releases = append(d.out.releases, req)
+				return
+			}
 			d.log.Warn("release failed; the lease will expire instead", "why", why, "error", err)
 			return
 		}
+		d.controlSucceeded(callRelease)
 		if n > 0 {
 			d.log.Info("released leased URLs", "urls", n, "why", why)
 		}
@@ -720,18 +758,9 @@ func (d *dispatcher) controlOptions() workflow.ActivityOptions {
 	}
 }
 
-func (d *dispatcher) localOptions() workflow.Context {
-	return workflow.WithLocalActivityOptions(d.ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout: time.Minute,
-		RetryPolicy: &temporal.RetryPolicy{
-			InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 15 * time.Second,
-		},
-	})
-}
-
 // flushChanges writes pending ring changes to node_weight_history.
 func (d *dispatcher) flushChanges() {
-	if len(d.changes) == 0 {
+	if len(d.changes) == 0 || d.holdingBack(callChanges) {
 		return
 	}
 	req := campaign.RecordRingChangesRequest{CampaignKey: d.key, Run: d.run, Changes: d.changes}
@@ -740,7 +769,15 @@ func (d *dispatcher) flushChanges() {
 	f := workflow.ExecuteLocalActivity(d.localOptions(), campaign.RecordRingChangesActivity, req)
 	d.sel.AddFuture(f, func(f workflow.Future) {
 		d.ops--
-		if err := f.Get(d.ctx, nil); err != nil {
+		err := f.Get(d.ctx, nil)
+		switch {
+		case err == nil:
+			d.controlSucceeded(callChanges)
+		case d.waitOutages:
+			// Kept, in order, for the next write (or the next run).
+			d.controlFailed(callChanges, err)
+			d.changes = append(req.Changes, d.changes...)
+		default:
 			d.log.Warn("recording ring changes failed", "error", err)
 		}
 	})

@@ -64,6 +64,31 @@ type fakeCluster struct {
 	// Postgres knows, whatever the batches reported.
 	done    map[int64]bool
 	perNode map[string]int64
+	// now is the workflow clock (env.Now), for outages; with it, leases
+	// expire after their TTL, as in Postgres.
+	now     func() time.Time
+	expires map[int64]time.Time
+	// outageAt, when > 0, starts an outage of outageFor at that fetch: it
+	// and every control call and fetch until the outage ends fail, as
+	// they do while Postgres is down.
+	outageAt             int
+	outageFor            time.Duration
+	outageFrom, outageTo time.Time
+	// resumedAt is when the first lease after the outage succeeded.
+	resumedAt time.Time
+}
+
+var errPostgresDown = errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+
+// unreachable fails a call made during the outage; f.mu is held.
+func (f *fakeCluster) unreachable() error {
+	if f.now == nil || f.outageFrom.IsZero() {
+		return nil
+	}
+	if now := f.now(); !now.Before(f.outageFrom) && now.Before(f.outageTo) {
+		return errPostgresDown
+	}
+	return nil
 }
 
 const quotaPerHost = 2
@@ -79,7 +104,7 @@ func newFakeCluster(hosts, perHost int, nodes ...campaign.NodeInfo) *fakeCluster
 	f := &fakeCluster{
 		nodes: nodes, pending: map[string][]int64{}, keyOf: map[int64]string{},
 		inflight: map[string]int{}, batches: map[string]int{}, window: 2,
-		done: map[int64]bool{}, perNode: map[string]int64{},
+		done: map[int64]bool{}, perNode: map[string]int64{}, expires: map[int64]time.Time{},
 	}
 	id := int64(0)
 	for h := range hosts {
@@ -109,6 +134,7 @@ func (f *fakeCluster) lease(req campaign.LeaseHostsRequest) campaign.HostLease {
 	}
 	f.leaseID++
 	lease := campaign.HostLease{LeaseID: f.leaseID}
+	f.expire()
 	left := 0
 	for _, q := range f.pending {
 		left += len(q)
@@ -157,6 +183,11 @@ func (f *fakeCluster) lease(req campaign.LeaseHostsRequest) campaign.HostLease {
 			continue
 		}
 		b.Groups = append(b.Groups, campaign.LeaseGroup{ShardKey: key, IDs: slices.Clone(q[:take])})
+		if f.now != nil {
+			for _, id := range q[:take] {
+				f.expires[id] = f.now().Add(req.TTL.D())
+			}
+		}
 		f.pending[key] = q[take:]
 		f.inflight[key] += take
 		f.leased += take
@@ -177,10 +208,30 @@ func (f *fakeCluster) lease(req campaign.LeaseHostsRequest) campaign.HostLease {
 	return lease
 }
 
+// expire returns URLs whose lease expired to pending; f.mu is held.
+func (f *fakeCluster) expire() {
+	if f.now == nil {
+		return
+	}
+	now := f.now()
+	for _, id := range slices.Sorted(maps.Keys(f.expires)) {
+		if !now.Before(f.expires[id]) {
+			delete(f.expires, id)
+			key := f.keyOf[id]
+			f.inflight[key]--
+			f.pending[key] = append(f.pending[key], id)
+		}
+	}
+}
+
 // settle marks a batch's URLs done (or, back, returned to pending).
 func (f *fakeCluster) settle(node string, ids []int64, back bool) {
 	f.batches[node]--
 	for _, id := range ids {
+		if _, ok := f.expires[id]; !ok && f.now != nil {
+			continue // its lease expired: not the batch's any more
+		}
+		delete(f.expires, id)
 		key := f.keyOf[id]
 		f.inflight[key]--
 		if back {
@@ -199,6 +250,15 @@ func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 		return campaign.StartResult{CampaignKey: 42, SeedsInserted: len(req.Spec.Seeds), SearchAttributes: f.attrs}, nil
 	}, campaign.StartCampaignActivity)
 	reg(func(_ context.Context, req campaign.LeaseHostsRequest) (campaign.HostLease, error) {
+		f.mu.Lock()
+		err := f.unreachable()
+		if err == nil && !f.outageTo.IsZero() && f.resumedAt.IsZero() {
+			f.resumedAt = f.now()
+		}
+		f.mu.Unlock()
+		if err != nil {
+			return campaign.HostLease{}, err
+		}
 		return f.lease(req), nil
 	}, campaign.LeaseHostsActivity)
 	reg(func(ctx context.Context, req campaign.FetchBatchRequest) (campaign.BatchResult, error) {
@@ -206,6 +266,15 @@ func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 		f.fetches = append(f.fetches, fetchCall{node: req.Node, ids: slices.Clone(req.IDs), seq: req.Seq})
 		call := len(f.fetches) - 1
 		fail := f.failFetch
+		if f.outageAt > 0 && len(f.fetches) == f.outageAt {
+			f.outageFrom = f.now()
+			f.outageTo = f.outageFrom.Add(f.outageFor)
+		}
+		if err := f.unreachable(); err != nil {
+			f.batches[req.Node]-- // the node cannot claim it: the workflow releases it
+			f.mu.Unlock()
+			return campaign.BatchResult{}, temporal.NewApplicationError("claim batch: "+err.Error(), "ClaimFailed")
+		}
 		f.mu.Unlock()
 		if fail != nil {
 			if err := fail(ctx, req); err != nil {
@@ -228,12 +297,16 @@ func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 	reg(func(_ context.Context, req campaign.ReleaseRequest) (int, error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		if err := f.unreachable(); err != nil {
+			return 0, err
+		}
 		f.releases = append(f.releases, req)
 		n := 0
 		for _, id := range req.IDs {
-			if f.done[id] {
-				continue // committed before its node died: not leased any more
+			if _, ok := f.expires[id]; f.done[id] || (!ok && f.now != nil) {
+				continue // committed before its node died, or its lease expired: not leased any more
 			}
+			delete(f.expires, id)
 			key := f.keyOf[id]
 			f.inflight[key]--
 			f.pending[key] = append(f.pending[key], id)
@@ -244,17 +317,26 @@ func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 	reg(func(_ context.Context, req campaign.MembershipRequest) ([]campaign.NodeInfo, error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		if err := f.unreachable(); err != nil {
+			return nil, err
+		}
 		return slices.Clone(f.nodes), nil
 	}, campaign.RefreshMembershipActivity)
 	reg(func(_ context.Context, req campaign.RecordRingChangesRequest) error {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		if err := f.unreachable(); err != nil {
+			return err
+		}
 		f.changes = append(f.changes, req.Changes...)
 		return nil
 	}, campaign.RecordRingChangesActivity)
 	reg(func(_ context.Context, req campaign.FinishRequest) (campaign.Summary, error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		if err := f.unreachable(); err != nil {
+			return campaign.Summary{}, err
+		}
 		f.finished = &req
 		return campaign.Summary{Outcome: req.Outcome, Fetched: f.fetched, PerNode: maps.Clone(f.perNode)}, nil
 	}, campaign.FinishCampaignActivity)

@@ -191,9 +191,18 @@ func (d *dispatcher) refreshMembership() {
 		campaign.MembershipRequest{Only: d.spec.Nodes})
 	d.sel.AddFuture(f, func(f workflow.Future) {
 		var infos []campaign.NodeInfo
-		if err := f.Get(d.ctx, &infos); err != nil {
+		err := f.Get(d.ctx, &infos)
+		switch {
+		case err != nil && d.waitOutages:
+			// Refreshed again when control calls are retried, not by
+			// a timer of its own.
+			d.controlFailed(callMembership, err)
+			d.out.membershipDue = true
+			return
+		case err != nil:
 			d.log.Warn("membership refresh failed", "error", err)
-		} else {
+		default:
+			d.controlSucceeded(callMembership)
 			d.applyMembership(infos)
 		}
 		d.scheduleMembershipTimer()
@@ -204,6 +213,10 @@ func (d *dispatcher) scheduleMembershipTimer() {
 	d.sel.AddFuture(workflow.NewTimer(d.ctx, d.spec.Dispatch.MembershipRefresh.D()), func(f workflow.Future) {
 		if f.Get(d.ctx, nil) != nil {
 			return // cancelled
+		}
+		if d.holdingBack(callMembership) {
+			d.out.membershipDue = true // when its wait is over
+			return
 		}
 		d.refreshMembership()
 	})
