@@ -226,12 +226,26 @@ func (p *Postgres) Stop() error {
 
 // Restart stops and starts the server on the same port and data.
 func (p *Postgres) Restart(ctx context.Context) error {
+	if err := p.Down(); err != nil {
+		return err
+	}
+	return p.Up(ctx)
+}
+
+// Down stops the server and keeps its data, until Up starts it again on
+// the same port: an outage, for the chaos tests.
+func (p *Postgres) Down() error {
 	temp := p.temp
-	p.temp = false // keep the data across the restart
+	p.temp = false // keep the data for Up
 	err := p.Stop()
 	p.temp = temp
-	if err != nil {
-		return err
+	return err
+}
+
+// Up starts a server Down stopped, and waits until it accepts connections.
+func (p *Postgres) Up(ctx context.Context) error {
+	if p.cmd != nil {
+		return fmt.Errorf("postgres on port %d is running already", p.opts.Port)
 	}
 	return p.start(ctx)
 }

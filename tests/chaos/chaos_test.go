@@ -7,11 +7,15 @@ package chaos
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/ring"
@@ -337,12 +341,39 @@ func keys(m map[string]int) []string {
 	return out
 }
 
-// TestPostgresRestart is acceptance 4: Postgres restarts mid-crawl;
-// activities fail, retry, and the campaign completes with nothing lost.
+// TestPostgresRestart keeps Postgres down for postgresOutage. By
+// outageRamp the workflow's control calls wait their longest between
+// tries (controlRetryMax in package workflows: a minute, after waits of
+// 1, 2, 4, 8, 16 and 32 seconds); from then on each try costs at most
+// eventsPerTry: the retry timer (started, fired), its workflow task, and
+// a marker for each kind of control call (lease, membership, release,
+// ring-change write).
+const (
+	postgresOutage = 150 * time.Second
+	outageRamp     = 65 * time.Second
+	retryEvery     = time.Minute
+	eventsPerTry   = 10
+)
+
+// rampEvents bounds what the outage costs until outageRamp: six tries and
+// each batch in flight failing (its activity's events, its workflow task,
+// a release: 8) on each node's window.
+func rampEvents(nodes, window int) int64 { return 6*eventsPerTry + int64(nodes*window*8) }
+
+// triesIn is the most tries an interval of d holds once the control calls
+// wait retryEvery: one a retryEvery, and one more at its edge.
+func triesIn(d time.Duration) int64 { return int64(math.Ceil(d.Seconds()/retryEvery.Seconds())) + 1 }
+
+// TestPostgresRestart is acceptance 4: Postgres goes down mid-crawl for
+// postgresOutage and comes back. Activities fail, the workflow holds its
+// control calls back, and the campaign completes with nothing lost. The
+// outage adds a bounded number of events to the campaign's history (a
+// try a minute once the backoff has grown), and no page is fetched twice
+// unless it was leased when Postgres went down.
 func TestPostgresRestart(t *testing.T) {
 	cluster := harness.Cluster(t)
 	if cluster == nil {
-		t.Skip("DATABASE_URL points at a server this test cannot restart")
+		t.Fatal("DATABASE_URL points at a server this test cannot stop; unset it to run the chaos tests")
 	}
 	w := web(t, 5000)
 	s := harness.NewStack(t)
@@ -350,24 +381,101 @@ func TestPostgresRestart(t *testing.T) {
 	s.StartNode("b", 1)
 	s.StartNode("c", 2)
 	id := "postgres-restart-" + s.Name
-	if _, err := s.Campaigns.Start(bg, id, spec(w)); err != nil {
+	sp := spec(w)
+	if _, err := s.Campaigns.Start(bg, id, sp); err != nil {
 		t.Fatal(err)
 	}
 	waitFetched(t, s, id, 1200)
-	start := time.Now()
-	if err := cluster.Restart(bg); err != nil {
+	var leased, claimed int
+	if err := s.Store.Pool().QueryRow(bg, `SELECT count(*), count(lease_holder) FROM frontier WHERE state = 'leased'`).Scan(&leased, &claimed); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("Postgres restarted in %v", time.Since(start).Round(time.Millisecond))
+	atDown := historyEvents(t, s, id)
+	if err := cluster.Down(); err != nil {
+		t.Fatal(err)
+	}
+	down := time.Now()
+	// The campaign answers status all along: its workflow needs no Postgres.
+	outageFor := func(d time.Duration) func() bool {
+		return func() bool {
+			st, err := s.Campaigns.Status(bg, id)
+			return err == nil && st.CampaignID == id && time.Since(down) >= d
+		}
+	}
+	harness.Eventually(t, outageRamp+time.Minute, "the control calls' backoff to grow, the campaign answering status", outageFor(outageRamp))
+	atRamp, rampEnd := historyEvents(t, s, id), time.Since(down)
+	harness.Eventually(t, postgresOutage+time.Minute, "the outage to last its time, the campaign answering status", outageFor(postgresOutage))
+	atUp, outage := historyEvents(t, s, id), time.Since(down)
+	if err := cluster.Up(bg); err != nil {
+		t.Fatal(err)
+	}
+	steady, steadyFor := atUp-atRamp, outage-rampEnd
+	t.Logf("Postgres down for %v with %d URLs leased (%d claimed by nodes): %d history events added, %.1f a minute; %.1f a minute after the first %v",
+		outage.Round(time.Second), leased, claimed, atUp-atDown, float64(atUp-atDown)/outage.Minutes(),
+		float64(steady)/steadyFor.Minutes(), rampEnd.Round(time.Second))
+	window := sp.Dispatch.WindowPerNode
+	if window == 0 {
+		window = campaign.DefaultWindowPerNode
+	}
+	if bound := triesIn(steadyFor) * eventsPerTry; steady > bound {
+		t.Errorf("%d history events in the %v after the backoff had grown, more than %d (%d a try, a try a %v)",
+			steady, steadyFor.Round(time.Second), bound, eventsPerTry, retryEvery)
+	}
+	if bound := rampEvents(3, window); atRamp-atDown > bound {
+		t.Errorf("%d history events in the first %v of the outage, more than %d", atRamp-atDown, rampEnd.Round(time.Second), bound)
+	}
+
 	sum := result(t, s, id)
 	missing, twice := tally(w)
 	if len(missing) > 0 {
-		t.Fatalf("%d pages never fetched after the Postgres restart", len(missing))
+		t.Fatalf("%d pages never fetched after the Postgres outage", len(missing))
 	}
 	if sum.Fetched != int64(len(w.Pages())) || sum.Pending != 0 || sum.Leased != 0 {
 		t.Fatalf("summary %+v", sum)
 	}
-	t.Logf("completed: %d pages; %d fetched again (commits lost with the connections)", sum.Fetched, len(twice))
+	if len(twice) > leased {
+		t.Fatalf("%d pages fetched again, more than the %d URLs leased when Postgres went down (e.g. %v)", len(twice), leased, keys(twice))
+	}
+	t.Logf("completed %v after Postgres came back: %d pages; %d fetched again (of %d leased at the outage); %d runs",
+		time.Since(down.Add(outage)).Round(time.Second), sum.Fetched, len(twice), leased, sum.Runs)
+}
+
+// historyEvents counts the events in the histories of all the campaign's
+// runs so far.
+func historyEvents(t *testing.T, s *harness.Stack, id string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(bg, time.Minute)
+	defer cancel()
+	runs := map[string]bool{}
+	cur, err := s.Client.DescribeWorkflowExecution(ctx, id, "")
+	if err != nil {
+		t.Fatalf("describe %s: %v", id, err)
+	}
+	runs[cur.GetWorkflowExecutionInfo().GetExecution().GetRunId()] = true
+	var token []byte
+	for {
+		resp, err := s.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("WorkflowId = '%s'", id), NextPageToken: token,
+		})
+		if err != nil {
+			t.Fatalf("list runs of %s: %v", id, err)
+		}
+		for _, e := range resp.GetExecutions() {
+			runs[e.GetExecution().GetRunId()] = true
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	var n int64
+	for run := range runs {
+		d, err := s.Client.DescribeWorkflowExecution(ctx, id, run)
+		if err != nil {
+			t.Fatalf("describe run %s of %s: %v", run, id, err)
+		}
+		n += d.GetWorkflowExecutionInfo().GetHistoryLength()
+	}
+	return n
 }
 
 // TestDrainThenStop is acceptance 5: after a drain the node's batches in
