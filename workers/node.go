@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -18,6 +19,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
@@ -66,13 +68,47 @@ func openStore(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) (*store.Sto
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.Migrate(ctx, log); err != nil {
+	migrate := func(ctx context.Context) error { _, err := s.Migrate(ctx, log); return err }
+	// Pauses of 0.5s, 1s, ... 4.5s: 22.5s at most, within fx.StartTimeout.
+	if err := migrateRetrying(ctx, migrate, 500*time.Millisecond, log); err != nil {
 		s.Close()
 		return nil, err
 	}
 	lc.Append(fx.StopHook(s.Close))
 	return s, nil
 }
+
+// migrateRetrying applies the schema's migrations, again when one loses
+// a deadlock or a lock wait. In a rolling upgrade the first node of a new
+// release migrates while nodes of the old one crawl: their transactions
+// hold the tables a migration alters, and Postgres may pick the migration
+// as a deadlock's victim. It rolls the migration back whole, so running it
+// again is safe, where giving up would stop the new node from starting.
+func migrateRetrying(ctx context.Context, migrate func(context.Context) error, pause time.Duration, log *slog.Logger) error {
+	const attempts = 10
+	for attempt := 1; ; attempt++ {
+		err := migrate(ctx)
+		var pe *pgconn.PgError
+		if err == nil || !errors.As(err, &pe) || (pe.Code != deadlockDetected && pe.Code != lockNotAvailable) {
+			return err
+		}
+		if attempt == attempts {
+			return fmt.Errorf("%w (tried %d times: running nodes kept the tables locked)", err, attempts)
+		}
+		log.Warn("migration lost a lock to running nodes; trying again", "attempt", attempt, "error", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (gave up trying again: %v)", err, ctx.Err())
+		case <-time.After(time.Duration(attempt) * pause):
+		}
+	}
+}
+
+// Postgres error codes a migration may meet beside running nodes.
+const (
+	deadlockDetected = "40P01"
+	lockNotAvailable = "55P03"
+)
 
 func newMetrics(cfg config.Config) (*metrics.Registry, error) { return metrics.New(cfg.Node.ID) }
 
