@@ -52,21 +52,25 @@ type NewURL struct {
 // "discovered".
 func (s *Store) InsertURLs(ctx context.Context, campaignKey int64, urls []NewURL) (int, error) {
 	urls = oneLinkPerURL(urls)
-	var n int
+	var inserted map[int64]bool
 	err := s.retry(ctx, func() error {
 		var err error
-		n, err = s.insertURLs(ctx, campaignKey, urls)
+		inserted, err = s.insertURLs(ctx, campaignKey, urls)
 		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("insert %d URLs for campaign %d: %w", len(urls), campaignKey, err)
 	}
+	n := len(inserted)
+	s.analyzeAsItGrows(n)
 	if n == len(urls) {
 		return n, nil // all new: none known to lower
 	}
-	// A retry of its own, so that one does not run the insert again and
-	// count its rows as known.
-	if err := s.retry(ctx, func() error { return s.takeShallowerLinks(ctx, campaignKey, urls) }); err != nil {
+	// Only the links to URLs already known can lower a depth. A retry of
+	// its own, so that one does not run the insert again and count its
+	// rows as known.
+	known := slices.DeleteFunc(urls, func(u NewURL) bool { return inserted[int64(u.Fingerprint)] })
+	if err := s.retry(ctx, func() error { return s.takeShallowerLinks(ctx, campaignKey, known) }); err != nil {
 		return 0, fmt.Errorf("lower the depth of known URLs for campaign %d: %w", campaignKey, err)
 	}
 	return n, nil
@@ -100,9 +104,9 @@ func oneLinkPerURL(urls []NewURL) []NewURL {
 // URLs is harmless, and both are idempotent, so a retry after a failure
 // between them is safe. Hosts go in key order, for the same reason links
 // go in fingerprint order.
-func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL) (int, error) {
+func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL) (map[int64]bool, error) {
 	if len(urls) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	keys := make([]string, 0, 4)
 	for _, u := range urls {
@@ -117,7 +121,7 @@ func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL
 			INSERT INTO hosts (campaign, shard_key)
 			SELECT $1, k FROM unnest($2::text[]) AS k
 			ON CONFLICT (campaign, shard_key) DO NOTHING`, campaignKey, keys); err != nil {
-			return 0, fmt.Errorf("add hosts: %w", err)
+			return nil, fmt.Errorf("add hosts: %w", err)
 		}
 		for _, k := range keys {
 			s.knownHosts.Store(hostKey(campaignKey, k), struct{}{})
@@ -148,7 +152,7 @@ func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL
 			parent[i] = &urls[i].ParentID
 		}
 	}
-	tag, err := s.pool.Exec(ctx, `
+	rows, err := s.pool.Query(ctx, `
 		INSERT INTO frontier (campaign, fingerprint, url, found_as, host_id, shard_key, depth, redirects, parent_id,
 		                      state, last_error, finished_at)
 		SELECT $1, l.fp, l.url, l.found, h.id, l.key, l.depth, l.redirects, l.parent,
@@ -158,12 +162,18 @@ func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL
 		     WITH ORDINALITY AS l(fp, url, found, key, depth, redirects, parent, excluded, ord)
 		JOIN hosts h ON h.campaign = $1 AND h.shard_key = l.key
 		ORDER BY l.ord
-		ON CONFLICT (campaign, fingerprint) DO NOTHING`,
+		ON CONFLICT (campaign, fingerprint) DO NOTHING
+		RETURNING fingerprint`,
 		campaignKey, fps, canon, found, shard, depth, redirects, parent, excluded)
 	if err != nil {
-		return 0, fmt.Errorf("add URLs: %w", err)
+		return nil, fmt.Errorf("add URLs: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	inserted := make(map[int64]bool, len(urls))
+	var fp int64
+	if _, err := pgx.ForEachRow(rows, []any{&fp}, func() error { inserted[fp] = true; return nil }); err != nil {
+		return nil, fmt.Errorf("add URLs: %w", err)
+	}
+	return inserted, nil
 }
 
 // readmittedReason is the one exclusion a shallower link undoes: being too

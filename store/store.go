@@ -30,6 +30,9 @@ type Store struct {
 	// knownHosts caches (campaign, shard key) pairs that have a hosts row,
 	// so inserting links skips the hosts upsert once a host is known.
 	knownHosts sync.Map
+	// stats keeps the planner's statistics of the frontier up with its
+	// growth (see analyzeAsItGrows).
+	stats frontierStats
 }
 
 // Open connects to the database at url and checks it answers within
