@@ -189,6 +189,7 @@ func runScale(args []string) error {
 			web.stop()
 			return fmt.Errorf("spiderpool at %d pages: %w", n, err)
 		}
+		printStatementStats(st)
 		stats, err := web.stats()
 		web.stop()
 		if err != nil {

@@ -58,7 +58,7 @@ func startStack(bin string, nodes nodePlan) (*stack, error) {
 		return nil, err
 	}
 	s := &stack{dir: dir, bin: bin, nodes: nodes}
-	if s.pg, err = devstack.StartPostgres(ctx, devstack.PostgresOptions{}); err != nil {
+	if s.pg, err = devstack.StartPostgres(ctx, devstack.PostgresOptions{Settings: statementStatsSettings()}); err != nil {
 		return nil, err
 	}
 	s.temporal, err = devstack.StartTemporal(ctx, devstack.TemporalOptions{UIPort: -1, DBFile: filepath.Join(dir, "temporal.db")})

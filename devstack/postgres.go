@@ -32,6 +32,9 @@ type PostgresOptions struct {
 	Port int
 	// Output receives the server's log; nil discards it.
 	Output io.Writer
+	// Settings are more server settings, name=value each (for example
+	// shared_preload_libraries=pg_stat_statements, for a benchmark).
+	Settings []string
 }
 
 // Postgres is a running private cluster with trust auth on loopback.
@@ -147,6 +150,9 @@ func (p *Postgres) start(ctx context.Context) error {
 		"-k", p.opts.Dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off", "-c", "max_connections=300", "-c", "shared_buffers=256MB",
 		"-c", "log_min_messages=warning")
+	for _, kv := range p.opts.Settings {
+		cmd.Args = append(cmd.Args, "-c", kv)
+	}
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT // die with us, even on SIGKILL
 	cmd.Stdout, cmd.Stderr = p.opts.Output, p.opts.Output
 	if err := cmd.Start(); err != nil {

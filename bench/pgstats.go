@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// BENCH_PG_STATS=1 makes `bench scale` print, after each crawl, the
+// statements Postgres spent most time on (pg_stat_statements), the
+// frontier's updates and how many were HOT, and the WAL written: where to
+// look first when the nodes wait on Postgres.
+const envStatementStats = "BENCH_PG_STATS"
+
+func statementStatsSettings() []string {
+	if os.Getenv(envStatementStats) == "" {
+		return nil
+	}
+	return []string{"shared_preload_libraries=pg_stat_statements"}
+}
+
+func printStatementStats(st *stack) {
+	if os.Getenv(envStatementStats) == "" {
+		return
+	}
+	if err := statementStats(st); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: statement statistics:", err)
+	}
+}
+
+func statementStats(st *stack) error {
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, st.pg.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		return err
+	}
+	rows, err := c.Query(ctx, `
+		SELECT calls, round(total_exec_time)::bigint, rows, left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 12`)
+	if err != nil {
+		return err
+	}
+	var (
+		calls, ms, n int64
+		q            string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&calls, &ms, &n, &q}, func() error {
+		fmt.Printf("%7d calls %8d ms %9d rows  %s\n", calls, ms, n, q)
+		return nil
+	}); err != nil {
+		return err
+	}
+	db, err := pgx.Connect(ctx, st.pg.URL(fmt.Sprintf("bench_%d", st.runs)))
+	if err != nil {
+		return err
+	}
+	defer db.Close(ctx)
+	var ins, upd, hot int64
+	if err := db.QueryRow(ctx, `SELECT n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'frontier'`).
+		Scan(&ins, &upd, &hot); err != nil {
+		return err
+	}
+	var wal string
+	if err := c.QueryRow(ctx, `SELECT pg_size_pretty(wal_bytes) FROM pg_stat_wal`).Scan(&wal); err != nil {
+		return err
+	}
+	fmt.Printf("frontier: %d rows inserted, %d updates (%d HOT); WAL %s\n", ins, upd, hot, wal)
+	_, err = c.Exec(ctx, "SELECT pg_stat_statements_reset(), pg_stat_reset_shared('wal')")
+	return err
+}
