@@ -14,7 +14,7 @@ export SPIDERPOOL_TEMPORAL_BIN := $(BIN)/temporal
 UNIT_PKGS := ./ring/... ./campaign/... ./crawl/... ./fetch/... ./workflows/... ./config/... ./activities/... ./store/... \
 	./archive/... ./metrics/... ./control/... ./cmd/... ./workers/... ./devstack/... ./schema/...
 
-.PHONY: help tools postgres build test test-unit test-integration demo dev histories fuzz vet clean bench bench-scale bench-polite
+.PHONY: help tools postgres build test test-unit test-integration demo dev histories fuzz vet clean bench bench-scale bench-polite bench-frontier
 
 help:
 	@echo "make demo   - run the local stack and crawl the bundled synthetic web"
@@ -25,6 +25,7 @@ help:
 	@echo "make bench  - spiderpool vs Colly on a 100k-page web, and the hot paths; updates README"
 	@echo "make bench-scale - spiderpool at 10k, 100k and 1M pages; updates README"
 	@echo "make bench-polite - politeness efficiency: 500 polite hosts, slow hosts, campaigns sharing nodes or hosts; updates README"
+	@echo "make bench-frontier - plans and latency of a lease and an idle poll over a 10M-row frontier; writes docs/scale-10m.txt"
 
 tools: $(BIN)/temporal postgres
 
@@ -91,6 +92,16 @@ bench-scale: tools build
 
 bench-polite: tools build
 	cd bench && $(GO) build -o $(BIN)/bench . && $(BIN)/bench polite -spiderpool $(BIN)/spiderpool && $(BIN)/bench readme
+
+# Postgres alone: a 10M-row frontier loaded into a throwaway cluster (about
+# 5 minutes; FRONTIER_DIR keeps it for the next run), every statement of a
+# lease and an idle poll explained, LeaseHosts timed. It fails if one of
+# them scans a table.
+FRONTIER_ROWS ?= 10000000
+FRONTIER_DIR ?=
+FRONTIER_OUT ?= ../docs/scale-10m.txt
+bench-frontier: postgres
+	cd bench && $(GO) build -o $(BIN)/bench . && $(BIN)/bench frontier -rows $(FRONTIER_ROWS) -dir "$(if $(FRONTIER_DIR),$(abspath $(FRONTIER_DIR)))" -out $(FRONTIER_OUT)
 
 FUZZTIME ?= 30s
 fuzz:

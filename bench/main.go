@@ -5,6 +5,7 @@
 //	bench run     alternate spiderpool and Colly crawls, write results.json
 //	bench scale   spiderpool alone at several sizes
 //	bench polite  politeness efficiency: many hosts, slow hosts, campaigns sharing nodes or hosts
+//	bench frontier  plans and latency of a lease over a 10M-row frontier
 //	bench micro   the hot-path microbenchmarks (go test -bench)
 //	bench serve   the synthetic web as a process, with counters (internal)
 //	bench colly   one Colly crawl as a process (internal)
@@ -18,7 +19,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: bench run|scale|polite|micro|serve|colly|readme [flags]")
+		fmt.Fprintln(os.Stderr, "usage: bench run|scale|polite|frontier|micro|serve|colly|readme [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -29,6 +30,8 @@ func main() {
 		err = runScale(os.Args[2:])
 	case "polite":
 		err = runPolite(os.Args[2:])
+	case "frontier":
+		err = runFrontier(os.Args[2:])
 	case "micro":
 		err = runMicro(os.Args[2:])
 	case "serve":
