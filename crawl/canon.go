@@ -22,6 +22,12 @@ type URL struct {
 	// String is the canonical serialisation; two URLs are the same page
 	// exactly when their Strings are equal.
 	String string
+	// AsLinked is String with the query in the order the link wrote it:
+	// what is requested, matched against robots.txt and archived. The
+	// canonical order only identifies the page; a server may read
+	// "?b=1&a=2" differently from "?a=2&b=1", and robots.txt rules match
+	// what is sent.
+	AsLinked string
 	// Scheme is "http" or "https".
 	Scheme string
 	// Host is the authority as serialised: hostname plus ":port" when the
@@ -42,6 +48,24 @@ func (u URL) Path() string {
 		rest = rest[:i]
 	}
 	return rest
+}
+
+// Target is the request target of the URL as linked: its path and query,
+// as the request line sends them.
+func (u URL) Target() string {
+	if t := strings.TrimPrefix(u.Linked(), u.Scheme+"://"+u.Host); t != "" {
+		return t
+	}
+	return "/"
+}
+
+// Linked is the URL to request: as linked, or the canonical form when the
+// link's own form is not known (URLs stored before it was kept).
+func (u URL) Linked() string {
+	if u.AsLinked != "" {
+		return u.AsLinked
+	}
+	return u.String
 }
 
 // HasQuery says whether the URL has a query string.
@@ -130,14 +154,17 @@ func finish(u *whatwg.Url, raw string) (URL, error) {
 	if strings.HasSuffix(u.Hostname(), ".") {
 		u.SetHostname(strings.TrimRight(u.Hostname(), "."))
 	}
-	if q := u.Query(); q == "" {
-		u.SetSearch("") // "http://a/?" and "http://a/" are one page
-	} else if sorted := sortQuery(q); sorted != q {
-		u.SetSearch(sorted)
-	}
 	u.SetUsername("")
 	u.SetPassword("")
-	return URL{String: u.Href(true), Scheme: scheme, Host: u.Host(), Hostname: u.Hostname(), parsed: u}, nil
+	q := u.Query()
+	if q == "" {
+		u.SetSearch("") // "http://a/?" and "http://a/" are one page
+	}
+	linked := u.Href(true)
+	if sorted := sortQuery(q); sorted != q {
+		u.SetSearch(sorted)
+	}
+	return URL{String: u.Href(true), AsLinked: linked, Scheme: scheme, Host: u.Host(), Hostname: u.Hostname(), parsed: u}, nil
 }
 
 // sortQuery orders "k=v" pairs by key, keeping each pair's bytes exactly as

@@ -40,6 +40,7 @@ func fastCanonical(raw string) (URL, bool) {
 	if !fastPath(path) {
 		return URL{}, false
 	}
+	linked := s
 	if hasQuery {
 		if query == "" || !fastQuery(query) {
 			return URL{}, false // an empty query is dropped by the slow path
@@ -48,7 +49,7 @@ func fastCanonical(raw string) (URL, bool) {
 			s = scheme + "://" + host + path + "?" + sorted
 		}
 	}
-	return URL{String: s, Scheme: scheme, Host: host, Hostname: hostname}, true
+	return URL{String: s, AsLinked: linked, Scheme: scheme, Host: host, Hostname: hostname}, true
 }
 
 // fastHost accepts a lower-case DNS name or a canonical dotted-quad IPv4

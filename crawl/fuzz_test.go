@@ -142,7 +142,7 @@ func FuzzFastPathAgrees(f *testing.F) {
 		raw = strings.TrimSpace(raw)
 		if fast, ok := fastCanonical(raw); ok {
 			slow, err := slowCanonicalize(raw)
-			if err != nil || slow.String != fast.String || slow.Host != fast.Host || slow.Hostname != fast.Hostname || slow.Scheme != fast.Scheme {
+			if err != nil || slow.String != fast.String || slow.AsLinked != fast.AsLinked || slow.Host != fast.Host || slow.Hostname != fast.Hostname || slow.Scheme != fast.Scheme {
 				t.Fatalf("Canonicalize(%q): fast %+v, parser %+v (%v)", raw, fast, slow, err)
 			}
 		}
@@ -160,8 +160,8 @@ func FuzzFastPathAgrees(f *testing.F) {
 			return
 		}
 		slow, err := slowResolve(base, ref)
-		if err != nil || slow.String != fast.String || slow.Host != fast.Host {
-			t.Fatalf("Resolve(%q, %q): fast %q, parser %q (%v)", base.String, ref, fast.String, slow.String, err)
+		if err != nil || slow.String != fast.String || slow.AsLinked != fast.AsLinked || slow.Host != fast.Host {
+			t.Fatalf("Resolve(%q, %q): fast %q (%q), parser %q (%q) (%v)", base.String, ref, fast.String, fast.AsLinked, slow.String, slow.AsLinked, err)
 		}
 	})
 }

@@ -2,7 +2,9 @@ package crawl
 
 import (
 	"bytes"
+	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/net/html"
@@ -15,12 +17,91 @@ type Page struct {
 	// Links are the raw href/src values in document order, duplicates
 	// included; resolve them against Base.
 	Links []string
+	// RelNoFollow[i] says Links[i] carries rel="nofollow" (or "ugc",
+	// "sponsored", which mean the same to a crawler).
+	RelNoFollow []bool
 	// Base is the document's <base href>, if any.
 	Base string
-	// NoFollow is set by <meta name="robots" content="nofollow">.
-	NoFollow bool
+	// Canonical is the href of the document's first <link rel="canonical">.
+	Canonical string
+	// Directives are those of <meta name="robots">.
+	Directives
 	// Truncated is set when the page had more than maxLinks links.
 	Truncated bool
+}
+
+// Directives are a page's robots directives, from <meta name="robots">
+// or the X-Robots-Tag header.
+type Directives struct {
+	// NoFollow: take no links from the page.
+	NoFollow bool
+	// NoIndex: the page asks not to be indexed (recorded, for users).
+	NoIndex bool
+	// NoArchive: the page asks not to be archived (kept out of WARC).
+	NoArchive bool
+}
+
+// Merge adds o's directives to d: each source can only forbid more.
+func (d Directives) Merge(o Directives) Directives {
+	return Directives{NoFollow: d.NoFollow || o.NoFollow, NoIndex: d.NoIndex || o.NoIndex, NoArchive: d.NoArchive || o.NoArchive}
+}
+
+// apply reads one directive token ("nofollow", "none" ...); unknown ones
+// ("max-snippet:10", "noimageindex") are no concern of a crawler.
+func (d *Directives) apply(token string) {
+	switch strings.ToLower(strings.TrimSpace(token)) {
+	case "nofollow":
+		d.NoFollow = true
+	case "noindex":
+		d.NoIndex = true
+	case "noarchive":
+		d.NoArchive = true
+	case "none": // noindex, nofollow
+		d.NoIndex, d.NoFollow = true, true
+	}
+}
+
+// RobotsTag reads X-Robots-Tag header values for agent (a robots.txt
+// product token): "noindex, nofollow" applies to every crawler, while
+// "otherbot: nofollow" applies only to otherbot, until the next agent
+// prefix in the same value.
+func RobotsTag(values []string, agent string) Directives {
+	var d Directives
+	for _, v := range values {
+		applies := true
+		for _, tok := range strings.Split(v, ",") {
+			if name, rest, ok := strings.Cut(tok, ":"); ok && !valuedDirective(name) {
+				name = strings.TrimSpace(name)
+				applies = strings.EqualFold(name, agent)
+				tok = rest
+			}
+			if applies {
+				d.apply(tok)
+			}
+		}
+	}
+	return d
+}
+
+// valuedDirective is true of directives that take a value after a colon,
+// which an agent prefix must not be mistaken for.
+func valuedDirective(name string) bool {
+	switch strings.ToLower(strings.TrimSpace(name)) {
+	case "unavailable_after", "max-snippet", "max-image-preview", "max-video-preview":
+		return true
+	}
+	return false
+}
+
+// relNoFollow says whether a rel attribute's value asks crawlers not to
+// follow the link.
+func relNoFollow(rel string) bool {
+	for _, t := range strings.Fields(strings.ToLower(rel)) {
+		if t == "nofollow" || t == "ugc" || t == "sponsored" {
+			return true
+		}
+	}
+	return false
 }
 
 const maxTitle = 512
@@ -57,14 +138,14 @@ func ExtractLinks(body []byte, maxLinks int) Page {
 			case atom.Title:
 				inTitle = p.Title == "" && title.Len() == 0 && tt == html.StartTagToken
 				continue
-			case atom.A, atom.Area, atom.Base, atom.Frame, atom.Iframe, atom.Meta:
+			case atom.A, atom.Area, atom.Base, atom.Frame, atom.Iframe, atom.Meta, atom.Link:
 			default:
 				continue
 			}
 			if !hasAttr {
 				continue
 			}
-			var href, src, metaName, metaContent string
+			var href, src, rel, metaName, metaContent string
 			for {
 				k, v, more := z.TagAttr()
 				switch string(k) {
@@ -72,19 +153,28 @@ func ExtractLinks(body []byte, maxLinks int) Page {
 					href = string(v)
 				case "src":
 					src = string(v)
+				case "rel":
+					rel = string(v)
 				case "name":
 					metaName = strings.ToLower(string(v))
 				case "content":
-					metaContent = strings.ToLower(string(v))
+					metaContent = string(v)
 				}
 				if !more {
 					break
 				}
 			}
-			var link string
+			var (
+				link     string
+				nofollow bool
+			)
 			switch a {
 			case atom.A, atom.Area:
-				link = href
+				link, nofollow = href, relNoFollow(rel)
+			case atom.Link:
+				if p.Canonical == "" && slices.Contains(strings.Fields(strings.ToLower(rel)), "canonical") {
+					p.Canonical = strings.TrimSpace(href)
+				}
 			case atom.Frame, atom.Iframe:
 				link = src
 			case atom.Base:
@@ -92,8 +182,10 @@ func ExtractLinks(body []byte, maxLinks int) Page {
 					p.Base = strings.TrimSpace(href)
 				}
 			case atom.Meta:
-				if metaName == "robots" && strings.Contains(metaContent, "nofollow") {
-					p.NoFollow = true
+				if metaName == "robots" {
+					for _, tok := range strings.FieldsFunc(metaContent, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
+						p.Directives.apply(tok)
+					}
 				}
 			}
 			if link = strings.TrimSpace(link); link == "" {
@@ -104,6 +196,7 @@ func ExtractLinks(body []byte, maxLinks int) Page {
 				continue
 			}
 			p.Links = append(p.Links, link)
+			p.RelNoFollow = append(p.RelNoFollow, nofollow)
 		}
 	}
 }
