@@ -25,6 +25,11 @@ type PageRecord struct {
 	FetchedAt   *time.Time `json:"fetched_at,omitempty"`
 	DurationMs  int        `json:"duration_ms,omitempty"`
 	Node        string     `json:"node,omitempty"`
+	NoIndex     bool       `json:"noindex,omitempty"`
+	NoFollow    bool       `json:"nofollow,omitempty"`
+	NoArchive   bool       `json:"noarchive,omitempty"`
+	Canonical   string     `json:"canonical,omitempty"`
+	Charset     string     `json:"charset,omitempty"`
 }
 
 // ExportPages calls fn for each fetched page of the campaign, or with all
@@ -35,7 +40,9 @@ func (s *Store) ExportPages(ctx context.Context, campaignKey int64, all bool, fn
 		SELECT f.url, coalesce(f.found_as, ''), f.state::text, f.depth, f.attempts, coalesce(f.last_error, ''),
 		       coalesce(p.status, f.last_status, 0), coalesce(p.content_type, ''), coalesce(p.content_length, 0),
 		       coalesce(p.content_digest, ''), coalesce(p.title, ''), coalesce(p.redirect_to, ''), coalesce(p.links, 0),
-		       p.fetched_at, coalesce(p.duration_ms, 0), coalesce(p.node, f.node, '')
+		       p.fetched_at, coalesce(p.duration_ms, 0), coalesce(p.node, f.node, ''),
+		       coalesce(p.noindex, false), coalesce(p.nofollow, false), coalesce(p.noarchive, false),
+		       coalesce(p.canonical, ''), coalesce(p.charset, '')
 		FROM frontier f LEFT JOIN pages p ON p.url_id = f.id
 		WHERE f.campaign = $1 AND ($2 OR f.state = 'fetched')
 		ORDER BY f.id`, campaignKey, all)
@@ -48,7 +55,8 @@ func (s *Store) ExportPages(ctx context.Context, campaignKey int64, all bool, fn
 		var r PageRecord
 		if err := rows.Scan(&r.URL, &r.FoundAs, &r.State, &r.Depth, &r.Attempts, &r.Error,
 			&r.Status, &r.ContentType, &r.Length, &r.Digest, &r.Title, &r.RedirectTo, &r.Links,
-			&r.FetchedAt, &r.DurationMs, &r.Node); err != nil {
+			&r.FetchedAt, &r.DurationMs, &r.Node,
+			&r.NoIndex, &r.NoFollow, &r.NoArchive, &r.Canonical, &r.Charset); err != nil {
 			return n, fmt.Errorf("export pages of campaign %d: %w", campaignKey, err)
 		}
 		if err := fn(r); err != nil {

@@ -29,11 +29,13 @@ const (
 type NewURL struct {
 	Fingerprint uint64
 	URL         string // canonical
-	FoundAs     string // as written, if different
-	ShardKey    string
-	Depth       int
-	Redirects   int
-	ParentID    int64 // 0 for seeds
+	// FoundAs is the URL as linked (URL but for the query, in the link's
+	// own order), if different: what is requested.
+	FoundAs   string
+	ShardKey  string
+	Depth     int
+	Redirects int
+	ParentID  int64 // 0 for seeds
 	// ExcludedBecause, when set, records the URL as excluded with this
 	// reason instead of queueing it (a redirect chain past its cap).
 	ExcludedBecause string
@@ -433,8 +435,11 @@ func whatIsLeft(ctx context.Context, tx pgx.Tx, campaignKey int64) (leftover, er
 
 // ClaimedURL is a leased URL a node now holds.
 type ClaimedURL struct {
-	ID        int64
-	URL       string
+	ID  int64
+	URL string
+	// FoundAs is the frontier's found_as: the URL as linked when it
+	// differs from URL (or, in rows written before issue 12, as written).
+	FoundAs   string
 	ShardKey  string
 	Depth     int
 	Redirects int
@@ -489,7 +494,7 @@ func (s *Store) Claim(ctx context.Context, campaignKey, leaseID int64, ids []int
 			finished_at = CASE WHEN c.spent THEN now() ELSE f.finished_at END
 		FROM c
 		WHERE f.id = c.id
-		RETURNING f.id, f.url, f.shard_key, f.depth, f.redirects, f.attempts - (c.taken AND NOT c.spent)::int,
+		RETURNING f.id, f.url, coalesce(f.found_as, ''), f.shard_key, f.depth, f.redirects, f.attempts - (c.taken AND NOT c.spent)::int,
 		          (extract(epoch FROM now() - coalesce(f.leased_at, now())) * 1000)::bigint,
 		          CASE WHEN c.spent THEN f.last_error ELSE '' END`,
 		campaignKey, leaseID, ids, holder, node, ttl.Milliseconds(), campaign.DefaultMaxAttempts)
@@ -501,7 +506,7 @@ func (s *Store) Claim(ctx context.Context, campaignKey, leaseID int64, ids []int
 			c     ClaimedURL
 			ageMs int64
 		)
-		err := r.Scan(&c.ID, &c.URL, &c.ShardKey, &c.Depth, &c.Redirects, &c.Attempts, &ageMs, &c.Failed)
+		err := r.Scan(&c.ID, &c.URL, &c.FoundAs, &c.ShardKey, &c.Depth, &c.Redirects, &c.Attempts, &ageMs, &c.Failed)
 		c.LeaseAge = time.Duration(ageMs) * time.Millisecond
 		return c, err
 	})
@@ -583,6 +588,12 @@ type Page struct {
 	Links         int
 	FetchedAt     time.Time
 	Duration      time.Duration
+	// Robots are the page's directives (meta robots and X-Robots-Tag).
+	Robots crawl.Directives
+	// Canonical is the URL the page names canonical, resolved.
+	Canonical string
+	// Charset is the encoding an HTML page was read in.
+	Charset string
 }
 
 // CommitResult says what a commit kept.
@@ -625,6 +636,8 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 		pType, pDigest, pTitle, pRedirTo []string
 		pTrunc                           []bool
 		pAt                              []time.Time
+		pNoIndex, pNoFollow, pNoArchive  []bool
+		pCanonical, pCharset             []string
 	)
 	for i, o := range outcomes {
 		ids[i], states[i], retryMs[i] = o.ID, o.State, o.RetryIn.Milliseconds()
@@ -649,6 +662,11 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 			pLinks = append(pLinks, int32(p.Links))
 			pAt = append(pAt, p.FetchedAt)
 			pDur = append(pDur, p.Duration.Milliseconds())
+			pNoIndex = append(pNoIndex, p.Robots.NoIndex)
+			pNoFollow = append(pNoFollow, p.Robots.NoFollow)
+			pNoArchive = append(pNoArchive, p.Robots.NoArchive)
+			pCanonical = append(pCanonical, p.Canonical)
+			pCharset = append(pCharset, p.Charset)
 		}
 	}
 	var res CommitResult
@@ -671,18 +689,23 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 				RETURNING f.id
 			), p AS (
 				INSERT INTO pages (url_id, campaign, status, content_type, content_length, truncated, content_digest,
-				                   title, redirect_to, links, fetched_at, duration_ms, node)
+				                   title, redirect_to, links, fetched_at, duration_ms, node,
+				                   noindex, nofollow, noarchive, canonical, charset)
 				SELECT pg.id, $1, pg.status, nullif(pg.ctype, ''), pg.len, pg.trunc, nullif(pg.digest, ''),
-				       nullif(pg.title, ''), nullif(pg.redir, ''), pg.links, pg.at, pg.dur, $9
+				       nullif(pg.title, ''), nullif(pg.redir, ''), pg.links, pg.at, pg.dur, $9,
+				       pg.noindex, pg.nofollow, pg.noarchive, nullif(pg.canonical, ''), nullif(pg.charset, '')
 				FROM unnest($10::bigint[], $11::int[], $12::text[], $13::bigint[], $14::bool[], $15::text[],
-				            $16::text[], $17::text[], $18::int[], $19::timestamptz[], $20::bigint[])
-				     AS pg(id, status, ctype, len, trunc, digest, title, redir, links, at, dur)
+				            $16::text[], $17::text[], $18::int[], $19::timestamptz[], $20::bigint[],
+				            $21::bool[], $22::bool[], $23::bool[], $24::text[], $25::text[])
+				     AS pg(id, status, ctype, len, trunc, digest, title, redir, links, at, dur,
+				           noindex, nofollow, noarchive, canonical, charset)
 				JOIN u ON u.id = pg.id
 				ON CONFLICT (url_id) DO NOTHING
 			)
 			SELECT id FROM u`,
 			campaignKey, ids, states, tried, statuses, errs, retryMs, holder, node,
-			pIDs, pStatus, pType, pLen, pTrunc, pDigest, pTitle, pRedirTo, pLinks, pAt, pDur)
+			pIDs, pStatus, pType, pLen, pTrunc, pDigest, pTitle, pRedirTo, pLinks, pAt, pDur,
+			pNoIndex, pNoFollow, pNoArchive, pCanonical, pCharset)
 		if err != nil {
 			return fmt.Errorf("record outcomes: %w", err)
 		}
