@@ -37,6 +37,8 @@ type Spec struct {
 	Dispatch Dispatch `json:"dispatch"`
 	// Sitemaps takes more seeds from the sitemaps robots.txt files list.
 	Sitemaps Sitemaps `json:"sitemaps"`
+	// Archive says which pages go to WARC, on nodes that archive.
+	Archive Archive `json:"archive,omitzero"`
 	// Nodes, when set, restricts the campaign to these node IDs; by default
 	// every live registered node takes part.
 	Nodes []string `json:"nodes,omitempty"`
@@ -61,6 +63,23 @@ type Scope struct {
 	// ShardBy is "host" (default) or "domain": the unit of routing and
 	// politeness.
 	ShardBy string `json:"shard_by,omitempty"`
+	// FollowNofollow, true by default as most crawlers do, follows links
+	// marked rel="nofollow" (or ugc, sponsored); false drops them. A page's
+	// own nofollow (meta robots, X-Robots-Tag) is obeyed either way.
+	FollowNofollow *bool `json:"follow_nofollow,omitempty"`
+}
+
+// FollowsNofollow says whether links marked rel="nofollow" are taken.
+// Unset means true, so that specs written before the field keep their
+// meaning without Normalize writing it (a spec's normal form is recorded in
+// workflow histories).
+func (sc Scope) FollowsNofollow() bool { return sc.FollowNofollow == nil || *sc.FollowNofollow }
+
+// Archive is what the campaign asks of a node's WARC archive.
+type Archive struct {
+	// IgnoreNoarchive archives pages that ask not to be (noarchive in
+	// meta robots or X-Robots-Tag). Default false: they are kept out.
+	IgnoreNoarchive bool `json:"ignore_noarchive,omitempty"`
 }
 
 // Limits bound the campaign. Zero means the default, noted per field.
