@@ -59,7 +59,7 @@ func (c *Control) StartCampaign(ctx context.Context, req campaign.StartRequest) 
 			return campaign.StartResult{}, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidSpec", err)
 		}
 		seeds = append(seeds, store.NewURL{
-			Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: raw,
+			Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: u.AsLinked,
 			ShardKey: crawl.ShardKey(u, crawl.ShardBy(spec.Scope.ShardBy)),
 		})
 	}

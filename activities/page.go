@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,7 +27,7 @@ func (f *Fetch) check(ctx context.Context, it *item, h *host) (out outcome, requ
 	r, c := it.rules, it.url
 	spec := &r.spec
 	out = outcome{o: store.Outcome{ID: c.ID}}
-	self, err := crawl.Canonicalize(c.URL)
+	self, err := linked(c)
 	if err != nil { // stored canonical URLs always parse
 		out.o.State, out.o.Error = store.Failed, err.Error()
 		return out, false, true
@@ -67,7 +69,9 @@ func (f *Fetch) check(ctx context.Context, it *item, h *host) (out outcome, requ
 	if spec.Sitemaps.Enabled && f.sitemaps.first(it.batch.key, self.Origin()) {
 		out.sitemapURLs = f.loadSitemaps(ctx, r, it.batch.key, rf.robots, self, h, it.batch.stop)
 	}
-	if !rf.robots.Allowed(self, r.agent) {
+	// Judged on what the request will send: a rule on the query must see
+	// it in the order it is requested in.
+	if !rf.robots.AllowedTarget(self.Target(), r.agent) {
 		out.o.State, out.o.Error = store.Excluded, "robots.txt disallows it for "+r.agent
 		return out, false, true
 	}
@@ -80,14 +84,15 @@ func (f *Fetch) check(ctx context.Context, it *item, h *host) (out outcome, requ
 // request fetches a URL whose turn has come (the caller holds a node slot
 // and a host slot, which request gives back) and settles it: its verdict,
 // its page record and the links it yields.
-func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) outcome {
+func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (settled outcome) {
 	r, c := it.rules, it.url
 	spec := &r.spec
 	requestEnded := f.metrics.RequestStarted()
 	// Once sent, a request runs to its end and its result is committed,
 	// even if its batch is cancelled: dropping it would make the page be
 	// fetched again.
-	resp := f.fetcher.Get(context.WithoutCancel(ctx), c.URL, fetch.Options{
+	self, _ := linked(c) // parsed once already, in check
+	resp := f.fetcher.Get(context.WithoutCancel(ctx), self.Linked(), fetch.Options{
 		UserAgent:      spec.Politeness.UserAgent,
 		ConnectTimeout: spec.Timeouts.Connect.D(),
 		RequestTimeout: spec.Timeouts.Request.D(),
@@ -133,7 +138,7 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) out
 	out.o.State = store.Fetched
 	if f.archive != nil {
 		out.exchange = &archive.Exchange{
-			URL: c.URL, Date: resp.Sent, RequestHeader: resp.RequestHeader,
+			URL: self.Linked(), Date: resp.Sent, RequestHeader: resp.RequestHeader,
 			Proto: resp.Proto, Status: resp.Status, Header: resp.Header, Body: resp.Body, Decompressed: resp.Decompressed,
 		}
 	}
@@ -142,7 +147,14 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) out
 		Digest: resp.Digest, FetchedAt: time.Now(), Duration: resp.Duration,
 	}
 	out.o.Page = page
-	self, _ := crawl.Canonicalize(c.URL) // parsed once already, in check
+	page.Robots = crawl.RobotsTag(resp.Header.Values("X-Robots-Tag"), r.agent)
+	// A page that asks not to be archived (header or meta, read below) is
+	// kept out of WARC, unless the campaign archives regardless.
+	defer func() {
+		if page.Robots.NoArchive && !spec.Archive.IgnoreNoarchive {
+			settled.exchange = nil
+		}
+	}()
 	if resp.Status >= 300 && resp.Status < 400 && resp.Location != "" {
 		target, err := crawl.Resolve(self, resp.Location)
 		if err != nil {
@@ -151,31 +163,45 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) out
 		}
 		page.RedirectTo = target.String
 		// A redirect is not a link hop: same depth, one more redirect.
-		if link, ok := f.admit(r, it.batch.key, target, resp.Location, c.Depth, c.Redirects+1, c.ID); ok {
+		if link, ok := f.admit(r, it.batch.key, target, c.Depth, c.Redirects+1, c.ID); ok {
 			out.links = append(out.links, link)
 		}
 		return out
 	}
+	page.Canonical = linkHeaderCanonical(self, resp.Header.Values("Link"))
 	if !resp.IsHTML() || len(resp.Body) == 0 {
 		return out
 	}
-	doc := crawl.ExtractLinks(resp.Body, spec.Limits.MaxLinksPerPage)
-	page.Title, page.Links = doc.Title, len(doc.Links)
+	html := crawl.DecodeHTML(resp.Body, resp.Header.Get("Content-Type"))
+	doc := crawl.ExtractLinks(html.UTF8, spec.Limits.MaxLinksPerPage)
+	page.Title, page.Links, page.Charset = doc.Title, len(doc.Links), html.Charset
+	page.Robots = page.Robots.Merge(doc.Directives)
 	if doc.Truncated {
 		out.o.Error = fmt.Sprintf("kept the first %d links (limits.max_links_per_page)", len(doc.Links))
 	}
-	if doc.NoFollow {
-		return out
-	}
+	// <base href> is the standard's base URL; Content-Location is not
+	// (HTML ignores it, as browsers do), so it plays no part.
 	base := self
 	if doc.Base != "" {
-		if b, err := crawl.Resolve(self, doc.Base); err == nil {
+		if b, err := crawl.Resolve(self, crawl.EncodeQuery(doc.Base, html.Encoding)); err == nil {
 			base = b
 		}
 	}
+	if doc.Canonical != "" {
+		if u, err := crawl.Resolve(base, crawl.EncodeQuery(doc.Canonical, html.Encoding)); err == nil {
+			page.Canonical = u.Linked()
+		}
+	}
+	if page.Robots.NoFollow {
+		return out
+	}
+	followNofollow := spec.Scope.FollowsNofollow()
 	seen := make(map[uint64]bool, len(doc.Links))
-	for _, href := range doc.Links {
-		u, err := crawl.Resolve(base, href)
+	for i, href := range doc.Links {
+		if doc.RelNoFollow[i] && !followNofollow {
+			continue
+		}
+		u, err := crawl.Resolve(base, crawl.EncodeQuery(href, html.Encoding))
 		if err != nil {
 			continue
 		}
@@ -184,11 +210,54 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) out
 			continue
 		}
 		seen[fp] = true
-		if link, ok := f.admit(r, it.batch.key, u, href, c.Depth+1, 0, c.ID); ok {
+		if link, ok := f.admit(r, it.batch.key, u, c.Depth+1, 0, c.ID); ok {
 			out.links = append(out.links, link)
 		}
 	}
 	return out
+}
+
+// linked is a claimed URL in the form to request: as it was linked (its
+// query in the link's own order) when the frontier knows that form and it
+// is the same page, else the canonical form. Rows stored before the linked
+// form was kept hold the raw href in found_as, often relative: those parse
+// to another page, or not at all, and the canonical form is requested.
+func linked(c store.ClaimedURL) (crawl.URL, error) {
+	self, err := crawl.Canonicalize(c.URL)
+	if err != nil || c.FoundAs == "" {
+		return self, err
+	}
+	if as, err := crawl.Canonicalize(c.FoundAs); err == nil && as.String == self.String {
+		return as, nil
+	}
+	return self, nil
+}
+
+// linkHeaderCanonical is the target of a Link header's rel="canonical"
+// (RFC 6596), resolved against the URL requested, or "".
+func linkHeaderCanonical(self crawl.URL, values []string) string {
+	for _, v := range values {
+		for _, link := range strings.Split(v, ",") {
+			target, params, ok := strings.Cut(link, ";")
+			target = strings.TrimSpace(target)
+			if !ok || !strings.HasPrefix(target, "<") || !strings.HasSuffix(target, ">") {
+				continue
+			}
+			for _, p := range strings.Split(params, ";") {
+				k, v, _ := strings.Cut(p, "=")
+				if !strings.EqualFold(strings.TrimSpace(k), "rel") {
+					continue
+				}
+				if !slices.Contains(strings.Fields(strings.ToLower(strings.Trim(strings.TrimSpace(v), `"`))), "canonical") {
+					continue
+				}
+				if u, err := crawl.Resolve(self, target[1:len(target)-1]); err == nil {
+					return u.Linked()
+				}
+			}
+		}
+	}
+	return ""
 }
 
 func statusText(status int) string {
@@ -208,14 +277,14 @@ func backoff(p campaign.Retry, attempt int) time.Duration {
 // admit turns a discovered URL into a frontier row: queued if the scope
 // takes it, recorded as excluded (with the reason) if a trap rule stops it,
 // dropped if it is simply off scope.
-func (f *Fetch) admit(r *rules, campaignKey int64, u crawl.URL, raw string, depth, redirects int, parent int64) (store.NewURL, bool) {
+func (f *Fetch) admit(r *rules, campaignKey int64, u crawl.URL, depth, redirects int, parent int64) (store.NewURL, bool) {
 	verdict := r.scope.Check(u, depth)
 	if verdict != crawl.InScope && !verdict.Recorded() {
 		return store.NewURL{}, false
 	}
 	shard := crawl.ShardKey(u, r.shardBy)
 	link := store.NewURL{
-		Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: raw, ShardKey: shard,
+		Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: u.AsLinked, ShardKey: shard,
 		Depth: depth, Redirects: redirects, ParentID: parent,
 	}
 	limits := r.spec.Limits

@@ -53,7 +53,7 @@ func (f *Fetch) loadSitemaps(ctx context.Context, r *rules, campaignKey int64, r
 			if err != nil {
 				continue
 			}
-			if link, ok := f.admit(r, campaignKey, u, raw, 0, 0, 0); ok {
+			if link, ok := f.admit(r, campaignKey, u, 0, 0, 0); ok {
 				urls = append(urls, link)
 			}
 		}
