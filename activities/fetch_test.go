@@ -139,6 +139,9 @@ func frontier(t *testing.T, s *store.Store) map[string]row {
 		}
 		out[u] = r
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	return out
 }
 

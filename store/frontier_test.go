@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -202,6 +203,9 @@ func TestConcurrentLinksKeepShallowestDepth(t *testing.T) {
 		}
 	}
 	var wg sync.WaitGroup
+	// The commits run under a deadline, so wg.Wait ends even if one hangs.
+	commitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	found := make([]int, workers)
 	errs := make([]error, workers)
 	for w := range workers {
@@ -218,7 +222,7 @@ func TestConcurrentLinksKeepShallowestDepth(t *testing.T) {
 			links[i], links[j] = links[j], links[i]
 		}
 		wg.Go(func() {
-			res, err := s.Commit(ctx, key, fmt.Sprintf("w%d", w), "n", nil, links)
+			res, err := s.Commit(commitCtx, key, fmt.Sprintf("w%d", w), "n", nil, links)
 			found[w], errs[w] = res.Discovered, err
 		})
 	}

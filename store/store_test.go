@@ -274,6 +274,9 @@ func TestConcurrentCommitsSameLinks(t *testing.T) {
 	}
 	links := urls(t, raw...)
 	var wg sync.WaitGroup
+	// The commits run under a deadline, so wg.Wait ends even if one hangs.
+	commitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	total := make([]int, 8)
 	errs := make([]error, 8)
 	for w := range 8 {
@@ -286,7 +289,7 @@ func TestConcurrentCommitsSameLinks(t *testing.T) {
 				j := (i*(w+3) + w) % len(mine)
 				mine[i], mine[j] = mine[j], mine[i]
 			}
-			res, err := s.Commit(ctx, key, fmt.Sprintf("w%d", w), "n", nil, mine)
+			res, err := s.Commit(commitCtx, key, fmt.Sprintf("w%d", w), "n", nil, mine)
 			total[w], errs[w] = res.Discovered, err
 		}()
 	}

@@ -258,7 +258,9 @@ func TestNewNodeTakesItsShare(t *testing.T) {
 	}
 	for rows.Next() {
 		var key, node string
-		_ = rows.Scan(&key, &node)
+		if err := rows.Scan(&key, &node); err != nil {
+			t.Fatal(err)
+		}
 		if owner, _ := r.Lookup(key); owner == d.ID {
 			owned[key] = true
 		}
@@ -266,7 +268,9 @@ func TestNewNodeTakesItsShare(t *testing.T) {
 			fetched[key] = true
 		}
 	}
-	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	for key := range fetched {
 		if !owned[key] {
 			t.Errorf("%s fetched %s, which the ring gives another node", d.ID, key)
@@ -492,7 +496,9 @@ func TestDrainThenStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFetched(t, s, id, 1200)
-	ns, err := s.Campaigns.Drain(bg, id, b.ID)
+	dctx, cancel := context.WithTimeout(bg, time.Minute)
+	defer cancel()
+	ns, err := s.Campaigns.Drain(dctx, id, b.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
