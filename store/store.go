@@ -55,6 +55,11 @@ func Open(ctx context.Context, url string, maxConns int32, timeout time.Duration
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
+		if pctx.Err() != nil && ctx.Err() == nil {
+			// A server that accepts nothing or never answers: say so,
+			// rather than only "context deadline exceeded".
+			return nil, fmt.Errorf("cannot reach Postgres at %s: no answer within %s: %w", where, timeout, unwrapConnect(err))
+		}
 		return nil, fmt.Errorf("cannot reach Postgres at %s: %w", where, unwrapConnect(err))
 	}
 	return &Store{pool: pool, where: where}, nil
