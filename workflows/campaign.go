@@ -52,6 +52,16 @@ const hostFlowChange = "host-aware-flow"
 // could add thousands of events past max_history_events.
 const boundedRunChange = "bounded-run"
 
+// staleRouteChange versions two guards on where a batch goes. A lease
+// answered after one of its nodes died or was drained (the registry read
+// that says so can land in the same workflow task) hands that node's URLs
+// back instead of scheduling a batch on a queue nobody polls: with no
+// ScheduleToStart, such a batch was never cancelled and the run never
+// ended. And each batch carries its seq as Route, which v0.1.0 nodes put
+// in their holder name: without it every batch a v0.1.0 node ran was
+// "node/r0/a0.1", and the first to finish dropped its siblings' holds.
+const staleRouteChange = "stale-route"
+
 // batchEvents is what one batch may cost a run's history: scheduled,
 // cancel requested, started, closed, and the workflow task its result
 // wakes.
@@ -158,6 +168,8 @@ type dispatcher struct {
 	out         outage
 	// boundedRun: see boundedRunChange.
 	boundedRun bool
+	// routeGuard: see staleRouteChange.
+	routeGuard bool
 
 	attrs []string  // search attributes the namespace has (see progress)
 	pub   published // what they last said
@@ -212,6 +224,7 @@ func newDispatcher(ctx workflow.Context, spec campaign.Spec, carry *campaign.Car
 	d.spec = normalized
 	d.waitOutages = workflow.GetVersion(ctx, controlRetryChange, workflow.DefaultVersion, 1) == 1
 	d.boundedRun = workflow.GetVersion(ctx, boundedRunChange, workflow.DefaultVersion, 1) == 1
+	d.routeGuard = workflow.GetVersion(ctx, staleRouteChange, workflow.DefaultVersion, 1) == 1
 	d.run = 1
 	if carry != nil {
 		d.key, d.run, d.counters, d.paused, d.rejected = carry.CampaignKey, carry.Run+1, carry.Counters, carry.Paused, carry.Rejected
@@ -531,6 +544,10 @@ func (d *dispatcher) maybeLease() {
 		d.counters.Leased += int64(lease.Size())
 		d.dispatchedLease = lease.LeaseID
 		for _, nb := range lease.Batches {
+			if n := d.nodes[nb.Node]; d.routeGuard && (n == nil || n.state() != campaign.NodeActive) {
+				d.release(lease.LeaseID, nb.IDs()) // its node left while the lease ran
+				continue
+			}
 			d.schedule(lease.LeaseID, nb)
 		}
 	})
@@ -612,6 +629,9 @@ func (d *dispatcher) schedule(leaseID int64, nb campaign.NodeBatch) {
 	req := campaign.FetchBatchRequest{
 		CampaignID: d.id, CampaignKey: d.key, LeaseID: b.leaseID, Node: b.node, IDs: b.ids,
 		Seq: b.seq, HandBackAfter: campaign.Duration(handBackAfter),
+	}
+	if d.routeGuard {
+		req.Route = int(b.seq)
 	}
 	f := workflow.ExecuteActivity(actx, campaign.FetchBatchActivity, req)
 	d.sel.AddFuture(f, func(f workflow.Future) { d.batchDone(b, f) })

@@ -76,6 +76,10 @@ type fakeCluster struct {
 	outageFrom, outageTo time.Time
 	// resumedAt is when the first lease after the outage succeeded.
 	resumedAt time.Time
+	// leaseGate, if set, runs before each lease is answered; onChanges
+	// sees each ring-change write (f.mu is held).
+	leaseGate func(campaign.LeaseHostsRequest)
+	onChanges func([]campaign.RingChange)
 }
 
 var errPostgresDown = errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
@@ -98,6 +102,8 @@ type fetchCall struct {
 	ids  []int64
 	seq  int64
 	ok   bool
+	// route is what a v0.1.0 node names the batch's holder by.
+	route int
 }
 
 func newFakeCluster(hosts, perHost int, nodes ...campaign.NodeInfo) *fakeCluster {
@@ -250,6 +256,9 @@ func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 		return campaign.StartResult{CampaignKey: 42, SeedsInserted: len(req.Spec.Seeds), SearchAttributes: f.attrs}, nil
 	}, campaign.StartCampaignActivity)
 	reg(func(_ context.Context, req campaign.LeaseHostsRequest) (campaign.HostLease, error) {
+		if f.leaseGate != nil {
+			f.leaseGate(req)
+		}
 		f.mu.Lock()
 		err := f.unreachable()
 		if err == nil && !f.outageTo.IsZero() && f.resumedAt.IsZero() {
@@ -263,7 +272,7 @@ func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 	}, campaign.LeaseHostsActivity)
 	reg(func(ctx context.Context, req campaign.FetchBatchRequest) (campaign.BatchResult, error) {
 		f.mu.Lock()
-		f.fetches = append(f.fetches, fetchCall{node: req.Node, ids: slices.Clone(req.IDs), seq: req.Seq})
+		f.fetches = append(f.fetches, fetchCall{node: req.Node, ids: slices.Clone(req.IDs), seq: req.Seq, route: req.Route})
 		call := len(f.fetches) - 1
 		fail := f.failFetch
 		if f.outageAt > 0 && len(f.fetches) == f.outageAt {
@@ -329,6 +338,9 @@ func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 			return err
 		}
 		f.changes = append(f.changes, req.Changes...)
+		if f.onChanges != nil {
+			f.onChanges(req.Changes)
+		}
 		return nil
 	}, campaign.RecordRingChangesActivity)
 	reg(func(_ context.Context, req campaign.FinishRequest) (campaign.Summary, error) {
@@ -433,6 +445,14 @@ func TestRoutesEveryHostToItsRingOwnerWithinTheWindow(t *testing.T) {
 	if len(f.changes) != 3 || f.changes[0].Reason != reasonJoined {
 		t.Errorf("ring changes %+v, want three joins", f.changes)
 	}
+	// Each batch has a route of its own: v0.1.0 nodes name holders by it.
+	routes := map[int]bool{}
+	for _, c := range f.fetches {
+		if c.route == 0 || routes[c.route] {
+			t.Fatalf("batch %d has route %d, not its own", c.seq, c.route)
+		}
+		routes[c.route] = true
+	}
 }
 
 // TestBusyIsNotDead: a batch that times out (its heartbeats stopped) goes
@@ -520,6 +540,62 @@ func TestDeadNodesBatchesMove(t *testing.T) {
 	}
 	if !died || !joined {
 		t.Errorf("ring changes %+v: want b died and d joined", f.changes)
+	}
+}
+
+// TestLeaseAnsweredAfterItsNodeDiedSendsItNothing: a lease that offered
+// room to a node which the registry then showed dead, answered only after
+// the workflow saw the death, hands that node's URLs back rather than
+// scheduling a batch on its queue. No node polls that queue, and with no
+// ScheduleToStart the batch would wait there, uncancelled, for ever.
+func TestLeaseAnsweredAfterItsNodeDiedSendsItNothing(t *testing.T) {
+	f := newFakeCluster(30, 4, alive("a", 1), alive("b", 1))
+	f.holdAfter = 40
+	seen := make(chan struct{}) // the workflow recorded b's death
+	var seenOnce, gateOnce sync.Once
+	f.onChanges = func(changes []campaign.RingChange) {
+		for _, ch := range changes {
+			if ch.Node == "b" && ch.NewState == campaign.NodeDead {
+				seenOnce.Do(func() { close(seen) })
+			}
+		}
+	}
+	var gated bool
+	f.leaseGate = func(req campaign.LeaseHostsRequest) {
+		f.mu.Lock()
+		bGone := !f.nodes[1].Alive
+		f.mu.Unlock()
+		if !bGone || !offeredTo([]campaign.LeaseHostsRequest{req}, "b") {
+			return
+		}
+		gateOnce.Do(func() {
+			gated = true
+			select { // answered once the workflow has seen b die
+			case <-seen:
+			case <-time.After(time.Minute):
+				t.Error("the workflow never recorded b's death")
+			}
+		})
+	}
+	env := newEnv(t, f)
+	var sentBefore int
+	midCampaignFor(env, f, 3*time.Second, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.nodes = []campaign.NodeInfo{alive("a", 1), {ID: "b", Weight: 1, Incarnation: "b-1"}}
+		sentBefore = len(f.fetches)
+	})
+	spec := testSpec()
+	spec.Dispatch.MembershipRefresh = campaign.Duration(time.Second)
+	run(t, env, spec)
+	if !gated {
+		t.Fatal("no lease offered room to b after it died: the test did not set up the race")
+	}
+	if n := countFor(f.fetches[sentBefore:], "b"); n != 0 {
+		t.Fatalf("%d batches were sent to b after it died", n)
+	}
+	if f.fetched != 120 {
+		t.Fatalf("fetched %d of 120", f.fetched)
 	}
 }
 
