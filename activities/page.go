@@ -158,7 +158,7 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 	if resp.Status >= 300 && resp.Status < 400 && resp.Location != "" {
 		target, err := crawl.Resolve(self, resp.Location)
 		if err != nil {
-			page.RedirectTo = "invalid: " + resp.Location
+			page.RedirectTo = "invalid: " + storable(resp.Location)
 			return out
 		}
 		page.RedirectTo = target.String
@@ -258,6 +258,13 @@ func linkHeaderCanonical(self crawl.URL, values []string) string {
 		}
 	}
 	return ""
+}
+
+// storable makes text from the web fit a Postgres text column: a header
+// in a legacy charset (or a NUL) would fail the commit of its whole batch,
+// every time it is retried.
+func storable(s string) string {
+	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "\uFFFD")
 }
 
 func statusText(status int) string {
