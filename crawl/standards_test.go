@@ -79,6 +79,10 @@ func TestDecodeHTML(t *testing.T) {
 	cyr, _ := charmap.Windows1251.NewEncoder().String("<title>Привет, мир</title><a href='/п?q=мир'>")
 	sjis, _ := japanese.ShiftJIS.NewEncoder().String("<title>こんにちは世界</title>")
 	latin, _ := charmap.ISO8859_1.NewEncoder().String("<title>Café crème</title>")
+	sjisBare, _ := japanese.ShiftJIS.NewEncoder().String("<title>日本語のページ</title><p>これはテストです。カタカナも。</p>")
+	cyrBare, _ := charmap.Windows1251.NewEncoder().String("<title>Новости дня</title><p>Сегодня в городе прошёл дождь.</p>")
+	german, _ := charmap.Windows1252.NewEncoder().String("<title>Grüße für Müller</title>")
+	quotes, _ := charmap.Windows1252.NewEncoder().String("<title>“Déjà” – été</title>")
 	for _, c := range []struct {
 		name, body, ctype, title, charset string
 	}{
@@ -87,6 +91,11 @@ func TestDecodeHTML(t *testing.T) {
 		{"http-equiv", `<meta http-equiv="Content-Type" content="text/html; charset=windows-1251">` + cyr, "text/html", "Привет, мир", "windows-1251"},
 		{"sniffed", latin, "text/html", "Café crème", "windows-1252"},
 		{"utf-8", "<title>Grüße</title>", "text/html", "Grüße", "utf-8"},
+		{"utf-8 after 1024 bytes", "<!--" + strings.Repeat("x", 1100) + "--><title>Grüße</title>", "text/html", "Grüße", "utf-8"},
+		{"sniffed shift_jis", sjisBare, "text/html", "日本語のページ", "shift_jis"},
+		{"sniffed windows-1251", cyrBare, "text/html", "Новости дня", "windows-1251"},
+		{"sniffed german", german, "text/html", "Grüße für Müller", "windows-1252"},
+		{"sniffed quotes", quotes, "", "“Déjà” – été", "windows-1252"},
 	} {
 		d := DecodeHTML([]byte(c.body), c.ctype)
 		if got := ExtractLinks(d.UTF8, 0).Title; got != c.title || d.Charset != c.charset {
