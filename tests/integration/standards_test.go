@@ -91,9 +91,9 @@ func TestRobotsTxtAndQueryOrderAsLinked(t *testing.T) {
 
 // TestPageRobotsAndCharsets is issue 12's acceptance 4: pages whose meta
 // robots or X-Robots-Tag say nofollow yield no links; pages in
-// windows-1251 (charset in the header), Shift_JIS (in a meta tag) and
-// ISO-8859-1 (nowhere) export their titles as correct UTF-8, and a link in
-// the windows-1251 page with a Cyrillic query is requested with the query
+// windows-1251 (charset in the header), Shift_JIS (in a meta tag), and
+// ISO-8859-1, Shift_JIS and windows-1251 declared nowhere export their
+// titles as correct UTF-8, and a link in the windows-1251 page with a Cyrillic query is requested with the query
 // in windows-1251, as browsers send it. Noindex and noarchive, the
 // canonical link and <base href> are recorded and honoured. A Location
 // that is neither a URL nor UTF-8 is recorded, not left to fail its
@@ -128,6 +128,8 @@ func TestPageRobotsAndCharsets(t *testing.T) {
 		{synthweb.StdWindows1251, synthweb.TitleWindows1251, "windows-1251"},
 		{synthweb.StdShiftJIS, synthweb.TitleShiftJIS, "shift_jis"},
 		{synthweb.StdLatin1, synthweb.TitleLatin1, "windows-1252"},
+		{synthweb.StdSniffedSJIS, synthweb.TitleSniffedSJIS, "shift_jis"},
+		{synthweb.StdSniffed1251, synthweb.TitleSniffed1251, "windows-1251"},
 	} {
 		if r := pages[c.path]; r.Title != c.title || r.Charset != c.charset {
 			t.Errorf("%s: title %q charset %q; want %q in %s", c.path, r.Title, r.Charset, c.title, c.charset)

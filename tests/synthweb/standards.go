@@ -31,6 +31,8 @@ const (
 	StdWindows1251    = "/std/cp1251.html"          // charset in the Content-Type header
 	StdShiftJIS       = "/std/sjis.html"            // charset in a <meta> tag only
 	StdLatin1         = "/std/latin1.html"          // no charset anywhere: sniffed
+	StdSniffedSJIS    = "/std/sniffed-sjis.html"    // Shift_JIS, declared nowhere
+	StdSniffed1251    = "/std/sniffed-1251.html"    // windows-1251, declared nowhere
 	StdNoArchive      = "/std/noarchive.html"       // meta noindex, X-Robots-Tag noarchive
 	StdCanonical      = "/std/canonical.html"       // <base href> and <link rel=canonical>
 	StdRelNoFollow    = "/std/sponsored.html"       // linked with rel=nofollow only
@@ -42,6 +44,8 @@ const (
 	TitleWindows1251  = "Привет, мир"               // StdWindows1251's title
 	TitleShiftJIS     = "こんにちは世界"                   // StdShiftJIS's title
 	TitleLatin1       = "Café crème"                // StdLatin1's title
+	TitleSniffedSJIS  = "日本語のページ"                   // StdSniffedSJIS's title
+	TitleSniffed1251  = "Новости дня"               // StdSniffed1251's title
 )
 
 const (
@@ -70,7 +74,7 @@ func StandardsSite() map[string]http.HandlerFunc {
 	leaf := page(htmlUTF8, "<!doctype html><title>"+titleLeaf+"</title>")
 	var links string
 	for _, p := range []string{StdPrivate, StdQueryDisallow, StdQueryOrder, StdMetaNoFollow, StdHeaderNoFollow,
-		StdWindows1251, StdShiftJIS, StdLatin1, StdNoArchive, StdCanonical, StdBadRedirect} {
+		StdWindows1251, StdShiftJIS, StdLatin1, StdSniffedSJIS, StdSniffed1251, StdNoArchive, StdCanonical, StdBadRedirect} {
 		links += fmt.Sprintf("<a href=%q>x</a>\n", p)
 	}
 	links += fmt.Sprintf("<a rel=\"nofollow\" href=%q>ad</a>\n", StdRelNoFollow)
@@ -99,6 +103,10 @@ func StandardsSite() map[string]http.HandlerFunc {
 			`<!doctype html><html><head><meta charset="Shift_JIS"><title>`+TitleShiftJIS+`</title></head><body>日本</body></html>`)),
 		StdLatin1: page(htmlNoCharset, encode(charmap.ISO8859_1,
 			`<!doctype html><html><head><title>`+TitleLatin1+`</title></head><body>déjà vu</body></html>`)),
+		StdSniffedSJIS: page(htmlNoCharset, encode(japanese.ShiftJIS,
+			`<!doctype html><html><head><title>`+TitleSniffedSJIS+`</title></head><body>これはテストです。</body></html>`)),
+		StdSniffed1251: page(htmlNoCharset, encode(charmap.Windows1251,
+			`<!doctype html><html><head><title>`+TitleSniffed1251+`</title></head><body>Сегодня в городе прошёл дождь.</body></html>`)),
 		StdNoArchive: page(htmlUTF8, `<!doctype html><head><meta name="robots" content="noindex"><title>private</title></head>`,
 			xRobotsTag, "noarchive"),
 		StdCanonical: page(htmlUTF8, `<!doctype html><head><base href="/std/based/"><link rel="canonical" href="`+StdCanonicalOf+`">`+
