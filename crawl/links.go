@@ -26,6 +26,9 @@ type Page struct {
 	Canonical string
 	// Directives are those of <meta name="robots">.
 	Directives
+	// ForAgent are those of <meta name="AGENT"> by lower-case agent token
+	// ("googlebot", "spiderpool"): they apply to that crawler only.
+	ForAgent map[string]Directives
 	// Truncated is set when the page had more than maxLinks links.
 	Truncated bool
 }
@@ -91,6 +94,35 @@ func valuedDirective(name string) bool {
 		return true
 	}
 	return false
+}
+
+// readMeta takes the directives of <meta name="robots"> and of a meta
+// named after a crawler. Other metas (description, viewport) are not
+// directives; the one whose content happens to read as some is kept under
+// its name, where no crawler looks.
+func (p *Page) readMeta(name, content string) {
+	if name == "" || !ValidAgentToken(name) {
+		return
+	}
+	var d Directives
+	for _, tok := range strings.FieldsFunc(content, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
+		d.apply(tok)
+	}
+	switch {
+	case name == "robots":
+		p.Directives = p.Directives.Merge(d)
+	case d != Directives{}:
+		if p.ForAgent == nil {
+			p.ForAgent = map[string]Directives{}
+		}
+		p.ForAgent[name] = p.ForAgent[name].Merge(d)
+	}
+}
+
+// For is what the page's metas ask of agent (a robots.txt product token):
+// <meta name="robots"> and <meta name="agent">.
+func (p *Page) For(agent string) Directives {
+	return p.Directives.Merge(p.ForAgent[strings.ToLower(agent)])
 }
 
 // relNoFollow says whether a rel attribute's value asks crawlers not to
@@ -182,11 +214,7 @@ func ExtractLinks(body []byte, maxLinks int) Page {
 					p.Base = strings.TrimSpace(href)
 				}
 			case atom.Meta:
-				if metaName == "robots" {
-					for _, tok := range strings.FieldsFunc(metaContent, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
-						p.Directives.apply(tok)
-					}
-				}
+				p.readMeta(metaName, metaContent)
 			}
 			if link = strings.TrimSpace(link); link == "" {
 				continue

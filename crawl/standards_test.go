@@ -55,8 +55,16 @@ func TestDirectives(t *testing.T) {
 	if p := ExtractLinks([]byte(`<meta name="robots" content="none">`), 0); !p.NoFollow || !p.NoIndex || p.NoArchive {
 		t.Errorf("none: %+v", p.Directives)
 	}
-	if p := ExtractLinks([]byte(`<meta name="description" content="nofollow">`), 0); p.NoFollow {
+	if p := ExtractLinks([]byte(`<meta name="description" content="nofollow">`), 0); p.NoFollow || p.For("spiderpool").NoFollow {
 		t.Error("a meta other than robots must not set nofollow")
+	}
+	p = ExtractLinks([]byte(`<meta name="SpiderPool" content="nofollow"><meta name="otherbot" content="noindex">`+
+		`<meta name="robots" content="noarchive">`), 0)
+	if got, want := p.For("spiderpool"), (Directives{NoFollow: true, NoArchive: true}); got != want {
+		t.Errorf("directives for spiderpool: %+v, want %+v", got, want)
+	}
+	if got, want := p.For("thirdbot"), (Directives{NoArchive: true}); got != want {
+		t.Errorf("directives for another crawler: %+v, want %+v", got, want)
 	}
 
 	for _, c := range []struct {
