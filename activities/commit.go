@@ -226,7 +226,7 @@ func (c *committer) archive(chunk []settlement) {
 			continue
 		}
 		if err := c.f.archive.Write(*s.out.exchange); err != nil {
-			c.f.log.Warn("archive page; it will be fetched again", "url", s.it.url.URL, "error", err)
+			c.f.log.Warn("archive page; it will be fetched again", "url", s.out.exchange.URL, "error", err)
 			s.back = true
 		}
 		s.out.exchange = nil

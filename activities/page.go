@@ -175,7 +175,7 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 	html := crawl.DecodeHTML(resp.Body, resp.Header.Get("Content-Type"))
 	doc := crawl.ExtractLinks(html.UTF8, spec.Limits.MaxLinksPerPage)
 	page.Title, page.Links, page.Charset = doc.Title, len(doc.Links), html.Charset
-	page.Robots = page.Robots.Merge(doc.Directives)
+	page.Robots = page.Robots.Merge(doc.For(r.agent))
 	if doc.Truncated {
 		out.o.Error = fmt.Sprintf("kept the first %d links (limits.max_links_per_page)", len(doc.Links))
 	}
