@@ -128,8 +128,26 @@ func (f *Fetch) Register(r interface {
 func (f *Fetch) Start() {
 	f.loop(f.heartbeats)
 	f.loop(f.hosts.keep)
+	// News that comes while the policies are being read folds into one
+	// more read: a crawl reaching many hosts announces each batch of them.
+	changed := make(chan struct{}, 1)
 	f.loop(func(ctx context.Context) {
-		f.store.ListenPolicies(ctx, func() { f.hosts.refreshPolicies(ctx) })
+		f.store.ListenPolicies(ctx, func() {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		})
+	})
+	f.loop(func(ctx context.Context) {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				f.hosts.refreshPolicies(ctx)
+			}
+		}
 	})
 }
 

@@ -119,10 +119,17 @@ func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL
 	if len(keys) > 0 {
 		slices.Sort(keys)
 		keys = slices.Compact(keys)
+		// A campaign new to a host may be stricter than those crawling it
+		// already: the nodes holding it hear of that at once (see
+		// HostPolicies), as they do of a campaign starting.
 		if _, err := s.pool.Exec(ctx, `
-			INSERT INTO hosts (campaign, shard_key)
-			SELECT $1, k FROM unnest($2::text[]) AS k
-			ON CONFLICT (campaign, shard_key) DO NOTHING`, campaignKey, keys); err != nil {
+			WITH added AS (
+				INSERT INTO hosts (campaign, shard_key)
+				SELECT $1, k FROM unnest($2::text[]) AS k
+				ON CONFLICT (campaign, shard_key) DO NOTHING
+				RETURNING 1
+			)
+			SELECT pg_notify($3, $1::text) WHERE EXISTS (SELECT FROM added)`, campaignKey, keys, PolicyChannel); err != nil {
 			return nil, fmt.Errorf("add hosts: %w", err)
 		}
 		for _, k := range keys {

@@ -1,8 +1,10 @@
 package store_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -182,6 +184,53 @@ func TestHostPolicyIsTheStrictestRunning(t *testing.T) {
 	pol, _ = s.HostPolicies(ctx, []string{"h0.test"})
 	if got := pol["h0.test"]; got.MinDelay != time.Second || got.Concurrency != 2 {
 		t.Fatalf("policy after the slow campaign ended %+v, want 1s and 2", got)
+	}
+}
+
+// TestCampaignReachingAHostIsAnnounced: a campaign whose links reach a
+// host other campaigns crawl already may be the strictest there now; the
+// nodes pacing that host must hear of it then, not only when a campaign
+// starts (its seeds may not reach the host, or not yet).
+func TestCampaignReachingAHostIsAnnounced(t *testing.T) {
+	s := harness.OpenStore(t)
+	politeCampaign(t, s, t.Name()+"-fast", time.Second, 1, 1, 1) // crawls h0.test
+	spec, err := campaign.Spec{
+		Seeds:      []string{"http://elsewhere.test/"},
+		Politeness: campaign.Politeness{MinDelay: campaign.Duration(2 * time.Second), MaxConcurrencyPerHost: 1},
+	}.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow, _, err := s.CreateCampaign(ctx, t.Name()+"-slow", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+store.PolicyChannel); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.InsertURLs(ctx, slow, urls(t, "http://h0.test/linked")); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := conn.Conn().WaitForNotification(wctx)
+	if err != nil {
+		t.Fatalf("no announcement once the slow campaign reached h0.test: %v", err)
+	}
+	if n.Payload != strconv.FormatInt(slow, 10) {
+		t.Fatalf("announced campaign %q, want %d", n.Payload, slow)
+	}
+	pol, err := s.HostPolicies(ctx, []string{"h0.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pol["h0.test"]; got.MinDelay != 2*time.Second {
+		t.Fatalf("policy %+v, want the slow campaign's 2s", got)
 	}
 }
 

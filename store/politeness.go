@@ -189,7 +189,8 @@ func (s *Store) HostPolicies(ctx context.Context, keys []string) (map[string]Hos
 }
 
 // PolicyChannel is the Postgres notification channel on which campaign
-// starts and ends are announced: a host's strictest policy may have changed.
+// starts and ends, and campaigns reaching hosts new to them, are announced:
+// a host's strictest policy may have changed.
 const PolicyChannel = "spiderpool_policy"
 
 // ListenPolicies calls changed every time a campaign starts or ends, until
