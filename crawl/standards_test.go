@@ -3,6 +3,7 @@ package crawl
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"golang.org/x/text/encoding/charmap"
 	"golang.org/x/text/encoding/japanese"
@@ -131,4 +132,38 @@ func TestDecodeHTML(t *testing.T) {
 	if got := EncodeQuery("/x?a=é", nil); got != "/x?a=é" {
 		t.Errorf("utf-8 query changed: %q", got)
 	}
+}
+
+// FuzzDecodeHTML: any bytes under any Content-Type decode without a panic;
+// a legacy charset yields valid UTF-8, and a link's query encoded in it is
+// ASCII, as a URL parser wants it.
+func FuzzDecodeHTML(f *testing.F) {
+	cyr, _ := charmap.Windows1251.NewEncoder().String("<title>мир</title>")
+	f.Add([]byte(cyr), "text/html", "/x?q=мир#ф")
+	f.Add([]byte("<meta charset=shift_jis>\x93\xfa"), "text/html", "?a=日本")
+	f.Add([]byte("\xef\xbb\xbf<title>x</title>"), "text/html; charset=latin1", "?é")
+	f.Fuzz(func(t *testing.T, body []byte, ctype, ref string) {
+		d := DecodeHTML(body, ctype)
+		if d.Encoding == nil {
+			return
+		}
+		if !utf8.Valid(d.UTF8) {
+			t.Fatalf("%s body decoded to invalid UTF-8", d.Charset)
+		}
+		if !utf8.ValidString(ref) {
+			return // links come from decoded text
+		}
+		q := EncodeQuery(ref, d.Encoding)
+		before, _, _ := strings.Cut(ref, "#")
+		if !strings.Contains(before, "?") {
+			if q != ref {
+				t.Fatalf("EncodeQuery(%q) = %q: changed a link without a query", ref, q)
+			}
+			return
+		}
+		before, _, _ = strings.Cut(q, "#")
+		if _, query, _ := strings.Cut(before, "?"); !isASCII(query) {
+			t.Fatalf("EncodeQuery(%q) in %s = %q: query not ASCII", ref, d.Charset, q)
+		}
+	})
 }
