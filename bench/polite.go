@@ -196,9 +196,12 @@ type fastHosts struct {
 type sharedWeb struct {
 	Hosts int `json:"hosts"`
 	// MinGapSeconds is the least time between two requests to one host,
-	// whichever campaigns sent them.
-	MinGapSeconds    *float64 `json:"min_gap_seconds,omitempty"`
-	MinGapBetween    string   `json:"min_gap_between,omitempty"`
+	// whichever campaigns sent them, while all of them ran: the strictest
+	// running campaign's delay must hold then. Once one has ended, the
+	// others may go at their own pace (AfterFirstEndSeconds).
+	MinGapSeconds        *float64 `json:"min_gap_seconds,omitempty"`
+	MinGapBetween        string   `json:"min_gap_between,omitempty"`
+	AfterFirstEndSeconds *float64 `json:"min_gap_after_first_end_seconds,omitempty"`
 	RobotsMaxPerHost int      `json:"robots_max_per_host"`
 	RobotsTotal      int      `json:"robots_total"`
 }
@@ -264,6 +267,7 @@ type campaignRun struct {
 	done  chan struct{}
 	// Set when done:
 	seconds float64
+	ended   time.Time
 	sum     campaign.Summary
 	err     error
 	// Set by the watcher:
@@ -314,7 +318,8 @@ func (s *stack) polite(sc politeScenario) (politeScenarioResult, error) {
 		go func() {
 			defer close(c.done)
 			c.err = wr.Get(ctx, &c.sum)
-			c.seconds = time.Since(c.start).Seconds()
+			c.ended = time.Now()
+			c.seconds = c.ended.Sub(c.start).Seconds()
 		}()
 		watchers.Go(func() { c.watch(ctx, nodes.campaigns) })
 	}
@@ -341,7 +346,13 @@ func (s *stack) polite(sc politeScenario) (politeScenarioResult, error) {
 			res.FastHosts = fastHostsOf(wp, on[0])
 		}
 		if len(on) > 1 {
-			res.SharedWeb = sharedWebOf(webs[i])
+			firstEnd := on[0].ended
+			for _, c := range on[1:] {
+				if c.ended.Before(firstEnd) {
+					firstEnd = c.ended
+				}
+			}
+			res.SharedWeb = sharedWebOf(webs[i], firstEnd)
 		}
 	}
 	return res, nil
@@ -516,17 +527,27 @@ func fastHostsOf(wp webPlan, c *campaignRun) *fastHosts {
 // sharedWebOf measures the requests to a web several campaigns crawl: the
 // least gap between two requests to a host, whoever sent them, and how
 // often each host's robots.txt was asked for.
-func sharedWebOf(web *synthweb.Web) *sharedWeb {
+func sharedWebOf(web *synthweb.Web, firstEnd time.Time) *sharedWeb {
 	sw := &sharedWeb{Hosts: len(web.Hosts())}
-	all := noGaps()
+	all, after := noGaps(), noGaps()
 	for _, h := range web.Hosts() {
 		log := web.Log(h)
-		all.add(gapsOf(log, 0))
+		var both, rest []synthweb.Request
+		for _, r := range log {
+			if r.At.Before(firstEnd) {
+				both = append(both, r)
+			} else {
+				rest = append(rest, r)
+			}
+		}
+		all.add(gapsOf(both, 0))
+		after.add(gapsOf(rest, 0))
 		n := robotsRequests(log)
 		sw.RobotsTotal += n
 		sw.RobotsMaxPerHost = max(sw.RobotsMaxPerHost, n)
 	}
 	sw.MinGapSeconds, sw.MinGapBetween = seconds(all.least), all.between
+	sw.AfterFirstEndSeconds = seconds(after.least)
 	return sw
 }
 
@@ -576,8 +597,8 @@ func politeNotes(sc politeScenarioResult) []string {
 		for _, c := range sc.Campaigns {
 			dups = append(dups, fmt.Sprintf("%s %d", c.Name, c.Duplicates))
 		}
-		out = append(out, fmt.Sprintf("the shared %d hosts: least gap between two requests to a host %s (all agents, %s); robots.txt asked %d times in all, at most %d times of one host; duplicates %s",
-			w.Hosts, gapText(w.MinGapSeconds), w.MinGapBetween, w.RobotsTotal, w.RobotsMaxPerHost, strings.Join(dups, ", ")))
+		out = append(out, fmt.Sprintf("the shared %d hosts: least gap between two requests to a host while both campaigns ran %s (all agents, %s), after the first ended %s; robots.txt asked %d times in all, at most %d times of one host; duplicates %s",
+			w.Hosts, gapText(w.MinGapSeconds), w.MinGapBetween, gapText(w.AfterFirstEndSeconds), w.RobotsTotal, w.RobotsMaxPerHost, strings.Join(dups, ", ")))
 	}
 	return out
 }
