@@ -202,8 +202,8 @@ type sharedWeb struct {
 	MinGapSeconds        *float64 `json:"min_gap_seconds,omitempty"`
 	MinGapBetween        string   `json:"min_gap_between,omitempty"`
 	AfterFirstEndSeconds *float64 `json:"min_gap_after_first_end_seconds,omitempty"`
-	RobotsMaxPerHost int      `json:"robots_max_per_host"`
-	RobotsTotal      int      `json:"robots_total"`
+	RobotsMaxPerHost     int      `json:"robots_max_per_host"`
+	RobotsTotal          int      `json:"robots_total"`
 }
 
 // runPolite runs the politeness scenarios on the full stack.
