@@ -189,7 +189,10 @@ func timeAllLeases(ctx context.Context, s *store.Store, busy, tail store.HostLea
 		if err := setTailClock(ctx, s); err != nil {
 			return err
 		}
-		t, err := timeLeases(ctx, s, c.p, n)
+		t, err := timeLeases(ctx, s, c.p.CampaignKey, n, func() (int64, int, error) {
+			l, err := s.LeaseHosts(ctx, c.p)
+			return l.LeaseID, l.Size(), err
+		})
 		if err != nil {
 			return err
 		}
@@ -206,7 +209,10 @@ func timeAllLeases(ctx context.Context, s *store.Store, busy, tail store.HostLea
 		if err := setTailClock(ctx, s); err != nil {
 			return err
 		}
-		t, err := timeLegacyLeases(ctx, s, c.p, n)
+		t, err := timeLeases(ctx, s, c.p.CampaignKey, n, func() (int64, int, error) {
+			l, err := s.Lease(ctx, c.p)
+			return l.LeaseID, l.Size(), err
+		})
 		if err != nil {
 			return err
 		}
@@ -335,34 +341,19 @@ func (t leaseTimes) String() string {
 	return fmt.Sprintf("median %8s  p95 %8s  max %8s  (%d URLs a lease)", q(0.5), q(0.95), t.d[len(t.d)-1].Round(10*time.Microsecond), t.urls/len(t.d))
 }
 
-func timeLeases(ctx context.Context, s *store.Store, p store.HostLeaseParams, n int) (leaseTimes, error) {
+// timeLeases times n leases, each handed back after it: lease returns
+// the lease's ID and size.
+func timeLeases(ctx context.Context, s *store.Store, key int64, n int, lease func() (int64, int, error)) (leaseTimes, error) {
 	var t leaseTimes
 	for range n {
 		start := time.Now()
-		l, err := s.LeaseHosts(ctx, p)
+		id, size, err := lease()
 		if err != nil {
 			return t, err
 		}
 		t.d = append(t.d, time.Since(start))
-		t.urls += l.Size()
-		if err := unlease(ctx, s, p.CampaignKey, l.LeaseID); err != nil {
-			return t, err
-		}
-	}
-	return t, nil
-}
-
-func timeLegacyLeases(ctx context.Context, s *store.Store, p store.LeaseParams, n int) (leaseTimes, error) {
-	var t leaseTimes
-	for range n {
-		start := time.Now()
-		l, err := s.Lease(ctx, p)
-		if err != nil {
-			return t, err
-		}
-		t.d = append(t.d, time.Since(start))
-		t.urls += l.Size()
-		if err := unlease(ctx, s, p.CampaignKey, l.LeaseID); err != nil {
+		t.urls += size
+		if err := unlease(ctx, s, key, id); err != nil {
 			return t, err
 		}
 	}
