@@ -41,6 +41,23 @@ type NewURL struct {
 	ExcludedBecause string
 }
 
+// foundAs is the found_as column: NULL unless the URL as linked differs
+// from the canonical one.
+func (u *NewURL) foundAs() *string {
+	if u.FoundAs == "" || u.FoundAs == u.URL {
+		return nil
+	}
+	return &u.FoundAs
+}
+
+// parent is the parent_id column: NULL for a seed.
+func (u *NewURL) parent() *int64 {
+	if u.ParentID == 0 {
+		return nil
+	}
+	return &u.ParentID
+}
+
 // InsertURLs adds urls to the campaign's frontier and returns how many were
 // new.
 //
@@ -151,15 +168,11 @@ func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL
 		}
 		fps[i] = int64(u.Fingerprint)
 		canon[i] = u.URL
-		if u.FoundAs != "" && u.FoundAs != u.URL {
-			found[i] = &urls[i].FoundAs
-		}
+		found[i] = urls[i].foundAs()
 		shard[i] = u.ShardKey
 		depth[i] = int32(u.Depth)
 		redirects[i] = int32(u.Redirects)
-		if u.ParentID != 0 {
-			parent[i] = &urls[i].ParentID
-		}
+		parent[i] = urls[i].parent()
 	}
 	rows, err := s.pool.Query(ctx, `
 		INSERT INTO frontier (campaign, fingerprint, url, found_as, host_id, shard_key, depth, redirects, parent_id,
@@ -216,14 +229,8 @@ func (s *Store) takeShallowerLinks(ctx context.Context, campaignKey int64, urls 
 		fps = append(fps, int64(u.Fingerprint))
 		depth = append(depth, int32(u.Depth))
 		redirects = append(redirects, int32(u.Redirects))
-		parent = append(parent, nil)
-		if u.ParentID != 0 {
-			parent[len(parent)-1] = &urls[i].ParentID
-		}
-		found = append(found, nil)
-		if u.FoundAs != "" && u.FoundAs != u.URL {
-			found[len(found)-1] = &urls[i].FoundAs
-		}
+		parent = append(parent, urls[i].parent())
+		found = append(found, urls[i].foundAs())
 	}
 	if len(fps) == 0 {
 		return nil
