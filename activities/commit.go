@@ -7,6 +7,7 @@ import (
 
 	"github.com/spiderpool/spiderpool/archive"
 	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/crawl"
 	"github.com/spiderpool/spiderpool/store"
 )
 
@@ -20,7 +21,10 @@ const (
 
 // outcome is one URL's result before it is committed.
 type outcome struct {
-	o              store.Outcome
+	o store.Outcome
+	// self is the URL as it is requested (see linked), once check has
+	// parsed it.
+	self           crawl.URL
 	links          []store.NewURL
 	bytes          int64
 	sitemapURLs    int // new URLs its host's sitemaps added

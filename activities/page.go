@@ -32,6 +32,7 @@ func (f *Fetch) check(ctx context.Context, it *item, h *host) (out outcome, requ
 		out.o.State, out.o.Error = store.Failed, err.Error()
 		return out, false, true
 	}
+	out.self = self
 	if spec.Politeness.IgnoreRobots {
 		return out, true, true
 	}
@@ -91,7 +92,7 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 	// Once sent, a request runs to its end and its result is committed,
 	// even if its batch is cancelled: dropping it would make the page be
 	// fetched again.
-	self, _ := linked(c) // parsed once already, in check
+	self := out.self
 	resp := f.fetcher.Get(context.WithoutCancel(ctx), self.Linked(), fetch.Options{
 		UserAgent:      spec.Politeness.UserAgent,
 		ConnectTimeout: spec.Timeouts.Connect.D(),
