@@ -1,11 +1,16 @@
-// Package upgrade runs nodes of the previous release, built from its git
-// tag, beside nodes of this source tree on one campaign, as a rolling
-// upgrade does, against the real Temporal dev server and Postgres.
+// Package upgrade runs nodes of the previous release beside nodes of this
+// source tree on one campaign, as a rolling upgrade does, against the real
+// Temporal dev server and Postgres.
 package upgrade
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +22,14 @@ import (
 	"github.com/spiderpool/spiderpool/devstack"
 )
 
-// PreviousRelease is the tag of the release a rolling upgrade starts from.
+// PreviousRelease is the release a rolling upgrade starts from.
 const PreviousRelease = "v0.1.0"
+
+// releaseSource is the source of PreviousRelease that builds its node
+// binary: `git archive v0.1.0` without tests, test data, docs and deploy
+// files. It is committed, not looked up by tag, because a clone need not
+// carry tags (CI's does not) or full history.
+var releaseSource = filepath.Join("testdata", "spiderpool-"+PreviousRelease+"-src.tar.gz")
 
 var (
 	releaseOnce sync.Once
@@ -27,47 +38,42 @@ var (
 )
 
 // releaseBinary returns the spiderpool binary of PreviousRelease, built
-// from the tag's tree (git archive, so the working tree is untouched) with
-// the module cache this build uses. It is kept in bin/ under the tag's
-// commit, so later runs skip the build and a moved tag is never mistaken
-// for the old build.
+// from releaseSource with the module cache this build uses. It is kept in
+// bin/ under the snapshot's digest, so later runs skip the build and a
+// changed snapshot is never mistaken for the old build.
 func releaseBinary(t testing.TB) string {
 	t.Helper()
-	releaseOnce.Do(func() { releaseBin, releaseErr = buildRelease(PreviousRelease) })
+	releaseOnce.Do(func() { releaseBin, releaseErr = buildRelease(PreviousRelease, releaseSource) })
 	if releaseErr != nil {
 		t.Fatalf("build %s: %v", PreviousRelease, releaseErr)
 	}
 	return releaseBin
 }
 
-func buildRelease(tag string) (string, error) {
+func buildRelease(release, snapshot string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	root, err := devstack.RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	out, err := run(ctx, root, "git", "rev-parse", "--verify", tag+"^{commit}")
+	archive, err := os.ReadFile(snapshot)
 	if err != nil {
-		return "", fmt.Errorf("find tag %s in %s (a clone without tags cannot run this test; git fetch --tags): %w", tag, root, err)
+		return "", fmt.Errorf("source of %s: %w", release, err)
 	}
-	commit := strings.TrimSpace(out)
-	cached := filepath.Join(root, "bin", "spiderpool-"+tag+"-"+commit[:12])
+	sum := sha256.Sum256(archive)
+	cached := filepath.Join(root, "bin", "spiderpool-"+release+"-"+hex.EncodeToString(sum[:6]))
 	if _, err := os.Stat(cached); err == nil {
 		return cached, nil
 	}
 
-	src, err := os.MkdirTemp("", "spiderpool-"+tag+"-")
+	src, err := os.MkdirTemp("", "spiderpool-"+release+"-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(src)
-	tarball := filepath.Join(src, "tree.tar")
-	if out, err := run(ctx, root, "git", "archive", "--format=tar", "-o", tarball, commit); err != nil {
-		return "", fmt.Errorf("git archive %s: %w\n%s", commit, err, out)
-	}
-	if out, err := run(ctx, src, "tar", "-xf", tarball); err != nil {
-		return "", fmt.Errorf("unpack %s: %w\n%s", tag, err, out)
+	if err := unpack(snapshot, src); err != nil {
+		return "", fmt.Errorf("unpack %s: %w", snapshot, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(cached), 0o755); err != nil {
 		return "", err
@@ -77,9 +83,64 @@ func buildRelease(tag string) (string, error) {
 	tmp := cached + fmt.Sprintf(".%d.tmp", os.Getpid())
 	if out, err := run(ctx, src, "go", "build", "-buildvcs=false", "-o", tmp, "./cmd/spiderpool"); err != nil {
 		os.Remove(tmp)
-		return "", fmt.Errorf("go build ./cmd/spiderpool at %s: %w\n%s", tag, err, out)
+		return "", fmt.Errorf("go build ./cmd/spiderpool at %s: %w\n%s", release, err, out)
 	}
 	return cached, os.Rename(tmp, cached)
+}
+
+// unpack writes the regular files and directories of a .tar.gz under dir,
+// refusing any name that would land outside it.
+func unpack(archive, dir string) error {
+	f, err := os.Open(archive)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		return err
+	}
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := filepath.Clean(h.Name)
+		if name == "." {
+			continue
+		}
+		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, ".."+string(filepath.Separator)) {
+			return fmt.Errorf("entry %q leaves the tree", h.Name)
+		}
+		path := filepath.Join(dir, name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(path, 0o755); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				return err
+			}
+			out, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(out, tr)
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("entry %q: type %c is not a file or directory", h.Name, h.Typeflag)
+		}
+	}
 }
 
 func run(ctx context.Context, dir, name string, args ...string) (string, error) {
