@@ -39,6 +39,8 @@ func (c *Control) Register(r interface {
 	r.RegisterActivityWithOptions(c.RefreshMembership, activity.RegisterOptions{Name: campaign.RefreshMembershipActivity})
 	r.RegisterActivityWithOptions(c.RecordRingChanges, activity.RegisterOptions{Name: campaign.RecordRingChangesActivity})
 	r.RegisterActivityWithOptions(c.FinishCampaign, activity.RegisterOptions{Name: campaign.FinishCampaignActivity})
+	r.RegisterActivityWithOptions(c.LeaseDeliveries, activity.RegisterOptions{Name: campaign.LeaseDeliveriesActivity})
+	r.RegisterActivityWithOptions(c.StoreProcessed, activity.RegisterOptions{Name: campaign.StoreProcessedActivity})
 }
 
 // StartCampaign creates the campaign row (or finds it, for a campaign

@@ -100,7 +100,7 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 		IdleTimeout:    spec.Timeouts.Idle.D(),
 		MaxBodyBytes:   spec.Limits.MaxBodyBytes,
 		KeepBody:       true,
-		KeepAnyType:    f.archive != nil, // an archive keeps every page, not only HTML
+		KeepAnyType:    f.archive != nil || r.anyType, // an archive keeps every page, not only HTML
 	})
 	requestEnded()
 	f.slots.give(it.batch.key)
@@ -148,6 +148,7 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 		Digest: resp.Digest, FetchedAt: time.Now(), Duration: resp.Duration,
 	}
 	out.o.Page = page
+	out.o.Body = r.forProcessors(self, &resp, page.FetchedAt)
 	page.Robots = crawl.RobotsTag(resp.Header.Values("X-Robots-Tag"), r.agent)
 	// A page that asks not to be archived (header or meta, read below) is
 	// kept out of WARC, unless the campaign archives regardless.
@@ -370,6 +371,10 @@ type rules struct {
 	shardBy crawl.ShardBy
 	agent   string // robots.txt product token
 	loaded  time.Time
+	// filters are the campaign's processors' page filters; anyType, that
+	// some want bodies that are not HTML.
+	filters []campaign.PageFilter
+	anyType bool
 }
 
 type rulesCache struct {
@@ -395,9 +400,14 @@ func (c *rulesCache) get(ctx context.Context, key int64) (*rules, error) {
 	if err != nil {
 		return nil, err
 	}
+	filters, err := spec.CompileFilters()
+	if err != nil {
+		return nil, err
+	}
 	r = &rules{
 		spec: spec, scope: scope, shardBy: crawl.ShardBy(spec.Scope.ShardBy),
 		agent: crawl.AgentToken(spec.Politeness.UserAgent), loaded: time.Now(),
+		filters: filters, anyType: spec.WantsAnyType(),
 	}
 	c.mu.Lock()
 	c.byKey[key] = r

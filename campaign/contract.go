@@ -440,6 +440,8 @@ type Status struct {
 	Ring []RingMember `json:"ring"`
 	// Rejected lists the latest signals that could not be applied, and why.
 	Rejected []string `json:"rejected,omitempty"`
+	// Processors are the campaign's processors and their figures.
+	Processors []ProcessorStatus `json:"processors,omitempty"`
 }
 
 // RingMember is one node with its effective weight.
@@ -469,6 +471,8 @@ type Carry struct {
 	// Changes are ring changes not yet in node_weight_history (Postgres
 	// was away when the run ended): the next run writes them.
 	Changes []RingChange `json:"changes,omitempty"`
+	// Processors carries each processor's counters.
+	Processors []ProcessorStatus `json:"processors,omitempty"`
 }
 
 // OrphanBatch is a batch whose result may still arrive as a BatchReport.

@@ -39,6 +39,8 @@ type Spec struct {
 	Sitemaps Sitemaps `json:"sitemaps"`
 	// Archive says which pages go to WARC, on nodes that archive.
 	Archive Archive `json:"archive,omitzero"`
+	// Processors receive every matching page (see Processor).
+	Processors []Processor `json:"processors,omitempty"`
 	// Nodes, when set, restricts the campaign to these node IDs; by default
 	// every live registered node takes part.
 	Nodes []string `json:"nodes,omitempty"`
@@ -383,6 +385,8 @@ func (s Spec) Normalize() (Spec, error) {
 		add(fieldErr("spec.sitemaps.max_urls_per_host", "must be >= 0, got %d", s.Sitemaps.MaxURLsPerHost))
 	}
 	defaultInt(&s.Sitemaps.MaxURLsPerHost, 50_000)
+
+	s.normalizeProcessors(add)
 
 	seen := map[string]bool{}
 	for i, n := range s.Nodes {

@@ -588,6 +588,9 @@ type Outcome struct {
 	RetryIn time.Duration
 	// Page is the record of a Fetched URL.
 	Page *Page
+	// Body, on a Fetched URL that processors want, is kept for them with
+	// one delivery per processor, in the same statement as the outcome.
+	Body *PageBody
 }
 
 // Page is the stored record of a fetched URL's final response.
@@ -652,6 +655,7 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 		pAt                              []time.Time
 		pNoIndex, pNoFollow, pNoArchive  []bool
 		pCanonical, pCharset             []string
+		bodies                           bodyRows
 	)
 	for i, o := range outcomes {
 		ids[i], states[i], retryMs[i] = o.ID, o.State, o.RetryIn.Milliseconds()
@@ -681,6 +685,11 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 			pNoArchive = append(pNoArchive, p.Robots.NoArchive)
 			pCanonical = append(pCanonical, p.Canonical)
 			pCharset = append(pCharset, p.Charset)
+			if o.Body != nil {
+				if err := bodies.add(o.ID, o.Body); err != nil {
+					return CommitResult{}, fmt.Errorf("page body of %d: %w", o.ID, err)
+				}
+			}
 		}
 	}
 	var res CommitResult
@@ -715,11 +724,25 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 				           noindex, nofollow, noarchive, canonical, charset)
 				JOIN u ON u.id = pg.id
 				ON CONFLICT (url_id) DO NOTHING
+			), b AS (
+				INSERT INTO page_bodies (url_id, campaign, final_url, status, headers, content_type, fetched_at, body, sha256, token)
+				SELECT b.id, $1, b.final, b.status, b.headers::jsonb, nullif(b.ctype, ''), b.at, b.body, b.sha, b.token
+				FROM unnest($26::bigint[], $27::text[], $28::int[], $29::text[], $30::text[], $31::timestamptz[],
+				            $32::bytea[], $33::text[], $34::text[]) AS b(id, final, status, headers, ctype, at, body, sha, token)
+				JOIN u ON u.id = b.id
+				ON CONFLICT (url_id) DO NOTHING
+			), d AS (
+				INSERT INTO deliveries (campaign, url_id, processor)
+				SELECT $1, d.id, d.processor FROM unnest($35::bigint[], $36::text[]) AS d(id, processor)
+				JOIN u ON u.id = d.id
+				ON CONFLICT DO NOTHING
 			)
 			SELECT id FROM u`,
 			campaignKey, ids, states, tried, statuses, errs, retryMs, holder, node,
 			pIDs, pStatus, pType, pLen, pTrunc, pDigest, pTitle, pRedirTo, pLinks, pAt, pDur,
-			pNoIndex, pNoFollow, pNoArchive, pCanonical, pCharset)
+			pNoIndex, pNoFollow, pNoArchive, pCanonical, pCharset,
+			bodies.ids, bodies.final, bodies.status, bodies.headers, bodies.ctype, bodies.at,
+			bodies.body, bodies.sha, bodies.token, bodies.dIDs, bodies.dProc)
 		if err != nil {
 			return fmt.Errorf("record outcomes: %w", err)
 		}

@@ -18,6 +18,9 @@ type Registration struct {
 	Version     string
 	Incarnation string
 	TTL         time.Duration
+	// HTTPAddr is where the node serves HTTP (metrics, page bodies for
+	// processors), as host:port others can reach; empty when it does not.
+	HTTPAddr string
 }
 
 // HolderToken names one node process as the holder of the frontier rows
@@ -31,15 +34,16 @@ func HolderToken(id, incarnation string) string { return id + "@" + incarnation 
 func (s *Store) RegisterNode(ctx context.Context, r Registration) error {
 	_, err := s.pool.Exec(ctx, `
 		WITH n AS (
-			INSERT INTO nodes (id, weight, queue, version, incarnation, ttl, started_at, heartbeat_at, stopped_at)
-			VALUES ($1, $2, $3, $4, $5, $6::bigint * interval '1 millisecond', now(), now(), NULL)
+			INSERT INTO nodes (id, weight, queue, version, incarnation, ttl, started_at, heartbeat_at, stopped_at, http_addr)
+			VALUES ($1, $2, $3, $4, $5, $6::bigint * interval '1 millisecond', now(), now(), NULL, nullif($8, ''))
 			ON CONFLICT (id) DO UPDATE SET weight = EXCLUDED.weight, queue = EXCLUDED.queue, version = EXCLUDED.version,
-				incarnation = EXCLUDED.incarnation, ttl = EXCLUDED.ttl, started_at = now(), heartbeat_at = now(), stopped_at = NULL
+				incarnation = EXCLUDED.incarnation, ttl = EXCLUDED.ttl, started_at = now(), heartbeat_at = now(), stopped_at = NULL,
+				http_addr = EXCLUDED.http_addr
 			RETURNING ttl
 		)
 		INSERT INTO holders (holder, alive_until) SELECT $7, now() + ttl FROM n
 		ON CONFLICT (holder) DO UPDATE SET alive_until = EXCLUDED.alive_until`,
-		r.ID, r.Weight, r.Queue, r.Version, r.Incarnation, r.TTL.Milliseconds(), HolderToken(r.ID, r.Incarnation))
+		r.ID, r.Weight, r.Queue, r.Version, r.Incarnation, r.TTL.Milliseconds(), HolderToken(r.ID, r.Incarnation), r.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", r.ID, err)
 	}
@@ -117,4 +121,17 @@ func (s *Store) RecordRingChanges(ctx context.Context, campaignKey int64, run in
 		return fmt.Errorf("record %d ring changes for campaign %d: %w", len(changes), campaignKey, err)
 	}
 	return nil
+}
+
+// BodyServers lists the HTTP addresses of the live nodes that serve page
+// bodies, by node ID.
+func (s *Store) BodyServers(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT http_addr FROM nodes
+		WHERE http_addr IS NOT NULL AND stopped_at IS NULL AND heartbeat_at + ttl > now()
+		ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("nodes serving bodies: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }

@@ -52,7 +52,7 @@ func Node(cfg config.Config, logger *slog.Logger) *fx.App {
 		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		fx.StartTimeout(2*cfg.ConnectTimeout+30*time.Second),
 		fx.StopTimeout(45*time.Second),
-		fx.Provide(openStore, newMetrics, newTracing, dialTemporal, newFetcher, openArchive),
+		fx.Provide(openStore, newMetrics, newTracing, dialTemporal, newFetcher, openArchive, listenHTTP),
 		fx.Invoke(runNode, serveHTTP),
 	)
 }
@@ -148,12 +148,12 @@ func newFetcher(cfg config.Config) (*fetch.Fetcher, error) {
 }
 
 func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Store, tc client.Client, f *fetch.Fetcher,
-	m *metrics.Registry, arch *archive.Writer) {
+	m *metrics.Registry, arch *archive.Writer, hl httpListener) {
 	n := cfg.Node
 	identity := fmt.Sprintf("%s@%s:%d", n.ID, hostname(), os.Getpid())
 	reg := store.Registration{
 		ID: n.ID, Weight: n.Weight, Queue: campaign.NodeQueue(n.ID), Version: Version,
-		Incarnation: incarnation(), TTL: n.TTL,
+		Incarnation: incarnation(), TTL: n.TTL, HTTPAddr: hl.addr,
 	}
 
 	controlWorker := worker.New(tc, cfg.ControlQueue, worker.Options{
@@ -231,16 +231,35 @@ func searchAttributes(tc client.Client, namespace string) func(context.Context) 
 	}
 }
 
-// serveHTTP serves the node's /metrics (crawl and Temporal SDK metrics,
-// Prometheus text format), /healthz and /debug/pprof when --metrics-addr
-// is set.
-func serveHTTP(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, m *metrics.Registry) error {
+// httpListener is the node's HTTP listener when --metrics-addr is set, and
+// the address others reach it at.
+type httpListener struct {
+	l    net.Listener
+	addr string
+}
+
+func listenHTTP(cfg config.Config) (httpListener, error) {
 	if cfg.Node.MetricsAddr == "" {
-		return nil
+		return httpListener{}, nil
 	}
 	l, err := net.Listen("tcp", cfg.Node.MetricsAddr)
 	if err != nil {
-		return fmt.Errorf("--metrics-addr: %w", err)
+		return httpListener{}, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	addr := l.Addr().(*net.TCPAddr)
+	reach := addr.String()
+	if addr.IP.IsUnspecified() { // listening on all interfaces: others reach it by name
+		reach = net.JoinHostPort(hostname(), fmt.Sprint(addr.Port))
+	}
+	return httpListener{l: l, addr: reach}, nil
+}
+
+// serveHTTP serves the node's /metrics (crawl and Temporal SDK metrics,
+// Prometheus text format), /healthz, /debug/pprof, and the page bodies
+// processors fetch by reference, when --metrics-addr is set.
+func serveHTTP(lc fx.Lifecycle, hl httpListener, st *store.Store, log *slog.Logger, m *metrics.Registry) {
+	if hl.l == nil {
+		return
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
@@ -249,16 +268,16 @@ func serveHTTP(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, m *metrics.
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle(activities.BodyPath, activities.BodyHandler(st))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
-			go srv.Serve(l) //nolint:errcheck // ends with Shutdown
-			log.Info("serving metrics", "url", "http://"+l.Addr().String()+"/metrics")
+			go srv.Serve(hl.l) //nolint:errcheck // ends with Shutdown
+			log.Info("serving metrics", "url", "http://"+hl.l.Addr().String()+"/metrics")
 			return nil
 		},
 		OnStop: srv.Shutdown,
 	})
-	return nil
 }
 
 // heartbeat renews the node's registry row and holder token. A node that

@@ -173,6 +173,11 @@ type dispatcher struct {
 
 	attrs []string  // search attributes the namespace has (see progress)
 	pub   published // what they last said
+
+	// procs are the campaign's processors (processorsChange);
+	// frontierLeases counts the frontier leases that completed.
+	procs          []*processor
+	frontierLeases int64
 }
 
 // batch is one FetchBatch in flight.
@@ -226,7 +231,9 @@ func newDispatcher(ctx workflow.Context, spec campaign.Spec, carry *campaign.Car
 	d.boundedRun = workflow.GetVersion(ctx, boundedRunChange, workflow.DefaultVersion, 1) == 1
 	d.routeGuard = workflow.GetVersion(ctx, staleRouteChange, workflow.DefaultVersion, 1) == 1
 	d.run = 1
+	var carriedProcs []campaign.ProcessorStatus
 	if carry != nil {
+		carriedProcs = carry.Processors
 		d.key, d.run, d.counters, d.paused, d.rejected = carry.CampaignKey, carry.Run+1, carry.Counters, carry.Paused, carry.Rejected
 		d.dispatchedLease, d.attrs, d.batchSeq, d.orphans = carry.DispatchedLease, carry.SearchAttributes, carry.BatchSeq, carry.Orphans
 		d.changes = carry.Changes
@@ -234,6 +241,7 @@ func newDispatcher(ctx workflow.Context, spec campaign.Spec, carry *campaign.Car
 			d.addNode(nodeFromCarry(c))
 		}
 	}
+	d.setUpProcessors(carriedProcs)
 	d.log = log.With(workflow.GetLogger(ctx), "campaign", d.id)
 	d.sel = workflow.NewSelector(ctx)
 	d.wake = workflow.NewBufferedChannel(ctx, 64)
@@ -284,15 +292,19 @@ func (d *dispatcher) loop() (campaign.Summary, error) {
 			return d.finishCancelled()
 		}
 		if d.finished() {
-			return d.finish()
+			if d.processorsDone() {
+				return d.finish()
+			}
+			d.state = "waiting for processors"
 		}
 		if d.continueAsNewDue() {
 			d.state = "continuing as new"
-			if !d.leasing && d.ops == 0 && workflow.AllHandlersFinished(ctx) {
+			if !d.leasing && d.ops == 0 && !d.processorLeasing() && workflow.AllHandlersFinished(ctx) {
 				return campaign.Summary{}, d.continueAsNew()
 			}
 		} else {
 			d.maybeLease()
+			d.deliver()
 		}
 		d.maybeWaitTimer()
 		d.progress(ctx, d.campaignStatus(), d.counters.Fetched, d.counters.Failed, false)
@@ -349,7 +361,8 @@ func (d *dispatcher) continueAsNew() error {
 		Orphans: lastOrphans(orphans),
 		// Ring changes not yet written (Postgres away): the next run
 		// writes them.
-		Changes: d.changes,
+		Changes:    d.changes,
+		Processors: d.processorStatus(),
 	}
 	for _, id := range d.order {
 		n := d.nodes[id]
@@ -493,6 +506,10 @@ func (d *dispatcher) maybeLease() {
 		d.state = "waiting for Postgres"
 		return
 	}
+	if name := d.processorBacklog(); name != "" {
+		d.state = "waiting for processor " + name
+		return
+	}
 	nodes, room := d.rooms()
 	if d.boundedRun {
 		nodes, room = capRooms(nodes, room, d.historyRoom())
@@ -535,6 +552,7 @@ func (d *dispatcher) maybeLease() {
 		}
 		d.controlSucceeded(callLease)
 		d.lastLease = lease
+		d.frontierLeases++
 		if lease.Size() == 0 {
 			// Stale if a batch finished meanwhile: it may have added links
 			// or freed its hosts.
@@ -653,6 +671,7 @@ func (d *dispatcher) batchDone(b *batch, f workflow.Future) {
 	d.inflight -= len(b.ids)
 	d.completions++
 	d.leaseDry = false
+	d.pagesMayHaveArrived()
 
 	var res campaign.BatchResult
 	err := f.Get(d.ctx, &res)
@@ -726,6 +745,7 @@ func (d *dispatcher) report(r campaign.BatchReport) {
 			d.orphans = append(d.orphans[:i:i], d.orphans[i+1:]...)
 			d.account(d.nodes[o.Node], r.Result)
 			d.leaseDry = false
+			d.pagesMayHaveArrived()
 			return
 		}
 	}

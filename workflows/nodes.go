@@ -442,7 +442,7 @@ func (d *dispatcher) nodeStatus(n *node) campaign.NodeStatus {
 func (d *dispatcher) status() campaign.Status {
 	st := campaign.Status{
 		CampaignID: d.id, State: d.state, Run: d.run, Counters: d.counters,
-		Pending: d.lastLease.Pending, Rejected: d.rejected,
+		Pending: d.lastLease.Pending, Rejected: d.rejected, Processors: d.processorStatus(),
 	}
 	if d.paused {
 		st.State = "paused"

@@ -83,5 +83,13 @@ func (d *dispatcher) details(status string) string {
 		fmt.Fprintf(&b, "- %s: %s, weight %g, fetched %d, in flight %d URLs\n",
 			n.id, n.state(), n.effectiveWeight(), n.fetched, n.inflightN)
 	}
+	if len(d.procs) > 0 {
+		b.WriteString("\nprocessors:\n")
+	}
+	for _, p := range d.procs {
+		fmt.Fprintf(&b, "- %s (%s on %s): processed %d · items %d · failed %d · waiting %d · in flight %d\n",
+			p.spec.Name, p.spec.Activity, p.spec.TaskQueue, p.counters.Processed, p.counters.Items,
+			p.counters.Failed, p.counters.Waiting, p.counters.InFlight)
+	}
 	return b.String()
 }

@@ -1,0 +1,228 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/crawl"
+	"github.com/spiderpool/spiderpool/fetch"
+	"github.com/spiderpool/spiderpool/store"
+)
+
+// BodyPath is where a node serves the page bodies processors get by
+// reference: GET BodyPath + token.
+const BodyPath = "/v1/bodies/"
+
+// LeaseDeliveries leases the next batch of pages for a processor and
+// builds the request its activity gets: bodies inline up to the
+// processor's limit, by reference above it.
+func (c *Control) LeaseDeliveries(ctx context.Context, req campaign.DeliveryLeaseRequest) (campaign.DeliveryLease, error) {
+	spec, err := c.Store.CampaignSpec(ctx, req.CampaignKey)
+	if err != nil {
+		return campaign.DeliveryLease{}, err
+	}
+	i := slices.IndexFunc(spec.Processors, func(p campaign.Processor) bool { return p.Name == req.Processor })
+	if i < 0 {
+		return campaign.DeliveryLease{}, fmt.Errorf("campaign %s has no processor %q", req.CampaignID, req.Processor)
+	}
+	p := spec.Processors[i]
+	if req.Reset {
+		if _, err := c.Store.ReleaseDeliveries(ctx, req.CampaignKey, p.Name); err != nil {
+			return campaign.DeliveryLease{}, err
+		}
+	}
+	lease, err := c.Store.LeaseDeliveries(ctx, req.CampaignKey, p.Name, p.BatchSize, p.InlineBodyLimit,
+		campaign.MaxInlineBatchBytes, p.MaxPending+1)
+	if err != nil {
+		return campaign.DeliveryLease{}, err
+	}
+	out := campaign.DeliveryLease{
+		Request: campaign.ProcessRequest{Campaign: req.CampaignID, Processor: p.Name},
+		Waiting: lease.Waiting,
+	}
+	var servers []string
+	for _, lp := range lease.Pages {
+		page := campaign.ProcessPage{
+			Key: store.PageKey(req.CampaignID, lp.ID), URL: lp.URL, FinalURL: lp.FinalURL, Depth: lp.Depth,
+			Status: lp.Status, Headers: lp.Header, ContentType: lp.ContentType, FetchedAt: lp.FetchedAt,
+			Body: lp.Body, BodyLength: lp.Length,
+		}
+		if lp.Body == nil && lp.Length > 0 {
+			if servers == nil {
+				if servers, err = c.Store.BodyServers(ctx); err != nil {
+					return campaign.DeliveryLease{}, err
+				}
+			}
+			ref := &campaign.BodyRef{SHA256: lp.SHA256}
+			for _, addr := range servers {
+				ref.URLs = append(ref.URLs, "http://"+addr+BodyPath+lp.Token)
+			}
+			page.BodyRef = ref
+		}
+		out.Request.Pages = append(out.Request.Pages, page)
+		out.IDs = append(out.IDs, lp.ID)
+	}
+	return out, nil
+}
+
+// StoreProcessed stores what a processor returned for a batch: its items,
+// and its links, admitted to the frontier as links the page had. A batch
+// that failed for good fails each of its pages with the error.
+func (c *Control) StoreProcessed(ctx context.Context, req campaign.StoreProcessedRequest) (campaign.StoreProcessedResult, error) {
+	var res campaign.StoreProcessedResult
+	byKey := make(map[string]int64, len(req.IDs))
+	for _, id := range req.IDs {
+		byKey[store.PageKey(req.CampaignID, id)] = id
+	}
+	done := make(map[int64]*store.Processed, len(req.IDs))
+	results := make([]store.Processed, len(req.IDs))
+	for i, id := range req.IDs {
+		results[i] = store.Processed{ID: id, Error: req.Error}
+		done[id] = &results[i]
+	}
+	var links []store.NewURL
+	if req.Error == "" && req.Result != nil {
+		var err error
+		if links, err = c.processorLinks(ctx, req, byKey); err != nil {
+			return res, err
+		}
+		for _, pr := range req.Result.Pages {
+			id, ok := byKey[pr.Key]
+			if !ok {
+				continue // not a page of this batch: ignored
+			}
+			r := done[id]
+			r.Error, r.Links = pr.Error, len(pr.Links)
+			for j, it := range pr.Items {
+				if !json.Valid(it) {
+					r.Error = fmt.Sprintf("item %d is not JSON", j)
+				}
+			}
+			if r.Error == "" {
+				r.Items = pr.Items
+			}
+		}
+	}
+	if len(links) > 0 {
+		n, err := c.Store.InsertURLs(ctx, req.CampaignKey, links)
+		if err != nil {
+			return res, err
+		}
+		res.Discovered = n
+	}
+	if _, err := c.Store.StoreProcessed(ctx, req.CampaignKey, req.Processor, results); err != nil {
+		return res, err
+	}
+	for _, r := range results {
+		if r.Error != "" {
+			res.Failed++
+		} else {
+			res.Processed++
+			res.Items += len(r.Items)
+		}
+	}
+	return res, nil
+}
+
+// processorLinks turns the links a processor returned into frontier rows,
+// under the campaign's scope, one hop deeper than their page.
+func (c *Control) processorLinks(ctx context.Context, req campaign.StoreProcessedRequest, byKey map[string]int64) ([]store.NewURL, error) {
+	var wanted []int64
+	for _, pr := range req.Result.Pages {
+		if id, ok := byKey[pr.Key]; ok && len(pr.Links) > 0 && pr.Error == "" {
+			wanted = append(wanted, id)
+		}
+	}
+	if len(wanted) == 0 {
+		return nil, nil
+	}
+	spec, err := c.Store.CampaignSpec(ctx, req.CampaignKey)
+	if err != nil {
+		return nil, err
+	}
+	scope, err := spec.CompileScope()
+	if err != nil {
+		return nil, err
+	}
+	pages, err := c.Store.DeliveryPages(ctx, req.CampaignKey, wanted)
+	if err != nil {
+		return nil, err
+	}
+	shardBy := crawl.ShardBy(spec.Scope.ShardBy)
+	var out []store.NewURL
+	for _, pr := range req.Result.Pages {
+		page, ok := pages[byKey[pr.Key]]
+		if !ok || pr.Error != "" {
+			continue
+		}
+		base, err := crawl.Canonicalize(page.FinalURL)
+		if err != nil {
+			continue
+		}
+		for _, raw := range pr.Links {
+			u, err := crawl.Resolve(base, raw)
+			if err != nil {
+				continue
+			}
+			depth := page.Depth + 1
+			verdict := scope.Check(u, depth)
+			if verdict != crawl.InScope && !verdict.Recorded() {
+				continue
+			}
+			link := store.NewURL{
+				Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: u.AsLinked,
+				ShardKey: crawl.ShardKey(u, shardBy), Depth: depth, ParentID: page.ID,
+			}
+			if verdict != crawl.InScope {
+				link.ExcludedBecause = string(verdict)
+			}
+			out = append(out, link)
+		}
+	}
+	return out, nil
+}
+
+// BodyHandler serves the page bodies processors get by reference, from
+// Postgres, so any live node serves any body.
+func BodyHandler(st *store.Store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token := r.URL.Path[len(BodyPath):]
+		body, ctype, err := st.Body(r.Context(), token)
+		switch {
+		case err == store.ErrNoBody:
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if ctype != "" {
+			w.Header().Set("Content-Type", ctype)
+		}
+		w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+		w.Write(body)
+	})
+}
+
+// forProcessors is what a fetched page keeps for the processors that want
+// it, or nil when none does.
+func (r *rules) forProcessors(self crawl.URL, resp *fetch.Response, at time.Time) *store.PageBody {
+	var names []string
+	for i := range r.filters {
+		if r.filters[i].Wants(self.String, resp.Status, resp.Header.Get("Content-Type")) {
+			names = append(names, r.filters[i].Name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return &store.PageBody{
+		Processors: names, FinalURL: self.Linked(), Status: resp.Status, Header: resp.Header,
+		ContentType: resp.Header.Get("Content-Type"), FetchedAt: at, Body: resp.Body,
+	}
+}

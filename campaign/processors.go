@@ -1,0 +1,390 @@
+package campaign
+
+import (
+	"encoding/json"
+	"fmt"
+	"mime"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Processor is user code that every matching page of a campaign flows to:
+// a Temporal activity, in any SDK language, on the user's own task queue.
+// It takes a ProcessRequest (a batch of pages) and returns a
+// ProcessResult (items and links per page). See README "Processors".
+type Processor struct {
+	// Name is how status, export and the items table name it: lower case
+	// letters, digits, '-' and '_'.
+	Name string `json:"name"`
+	// TaskQueue is where the processor's workers poll.
+	TaskQueue string `json:"task_queue"`
+	// Activity is the activity type the workers register.
+	Activity string `json:"activity"`
+	// ContentTypes are the media types it wants: "text/html" (the
+	// default), "image/*", or "*/*" for all. Parameters are ignored.
+	ContentTypes []string `json:"content_types,omitempty"`
+	// Statuses are the HTTP statuses it wants, as classes ("2xx", the
+	// default; "3xx") or single codes ("200").
+	Statuses []string `json:"statuses,omitempty"`
+	// Include, when set, admits only pages whose URL matches one of these
+	// regular expressions; Exclude drops any that matches one.
+	Include []string `json:"include,omitempty"`
+	Exclude []string `json:"exclude,omitempty"`
+	// BatchSize is the most pages in one activity. Default 20.
+	BatchSize int `json:"batch_size"`
+	// Window is how many batches may be in flight at once. Default 4.
+	Window int `json:"window"`
+	// MaxPending bounds the pages waiting for this processor: past it the
+	// campaign stops leasing URLs to fetch until the processor catches
+	// up, so a slow or stopped processor slows the crawl down instead of
+	// piling pages up. Default 2000.
+	MaxPending int `json:"max_pending"`
+	// InlineBodyLimit is the largest body sent inside the request; a
+	// larger one is sent by reference (Page.BodyRef). Default 256 KiB,
+	// at most 1 MiB: Temporal's payload limit is 2 MiB per batch.
+	InlineBodyLimit int64 `json:"inline_body_limit"`
+	// Timeout bounds one attempt of a batch (StartToClose). Default 1m.
+	Timeout Duration `json:"timeout"`
+	// Retry is the activity's retry policy. When its attempts run out the
+	// batch's pages end failed for this processor, with the last error.
+	Retry ProcessorRetry `json:"retry"`
+}
+
+// ProcessorRetry is a processor activity's Temporal retry policy.
+type ProcessorRetry struct {
+	// MaxAttempts counts the first attempt. Default 5.
+	MaxAttempts int `json:"max_attempts"`
+	// InitialInterval is the wait before the second attempt. Default 1s.
+	InitialInterval Duration `json:"initial_interval"`
+	// BackoffCoefficient multiplies the wait after each attempt. Default 2.
+	BackoffCoefficient float64 `json:"backoff_coefficient"`
+	// MaxInterval caps the wait. Default 30s.
+	MaxInterval Duration `json:"max_interval"`
+}
+
+// Processor limits.
+const (
+	DefaultProcessorBatch      = 20
+	DefaultProcessorWindow     = 4
+	DefaultProcessorMaxPending = 2000
+	DefaultInlineBodyLimit     = 256 << 10
+	MaxInlineBodyLimit         = 1 << 20
+	// MaxInlineBatchBytes caps the bodies inline in one batch: with
+	// headers and envelope a batch stays well under Temporal's 2 MiB.
+	MaxInlineBatchBytes = 3 << 19
+)
+
+var processorName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// normalizeProcessors fills each processor's defaults and reports every
+// problem, naming its field.
+func (s *Spec) normalizeProcessors(add func(error)) {
+	names := map[string]bool{}
+	for i := range s.Processors {
+		p := &s.Processors[i]
+		field := func(name string) string { return fmt.Sprintf("spec.processors[%d].%s", i, name) }
+		switch {
+		case !processorName.MatchString(p.Name):
+			add(fieldErr(field("name"), "want lower-case letters, digits, '-' or '_' (1-63, starting with a letter or digit), got %q", p.Name))
+		case names[p.Name]:
+			add(fieldErr(field("name"), "processor %q is named twice", p.Name))
+		}
+		names[p.Name] = true
+		if strings.TrimSpace(p.TaskQueue) == "" {
+			add(fieldErr(field("task_queue"), "the task queue the processor's workers poll is required"))
+		}
+		if strings.TrimSpace(p.Activity) == "" {
+			add(fieldErr(field("activity"), "the activity type the processor's workers register is required"))
+		}
+		if len(p.ContentTypes) == 0 {
+			p.ContentTypes = []string{"text/html"}
+		}
+		for j, ct := range p.ContentTypes {
+			if _, _, ok := strings.Cut(ct, "/"); !ok && ct != "*" {
+				add(fieldErr(field(fmt.Sprintf("content_types[%d]", j)), "want a media type such as \"text/html\", \"image/*\" or \"*/*\", got %q", ct))
+			}
+			p.ContentTypes[j] = strings.ToLower(strings.TrimSpace(ct))
+		}
+		if len(p.Statuses) == 0 {
+			p.Statuses = []string{"2xx"}
+		}
+		for j, st := range p.Statuses {
+			if _, _, ok := statusRange(st); !ok {
+				add(fieldErr(field(fmt.Sprintf("statuses[%d]", j)), "want a class such as \"2xx\" or a status such as \"200\", got %q", st))
+			}
+		}
+		for _, list := range []struct {
+			name string
+			pats []string
+		}{{"include", p.Include}, {"exclude", p.Exclude}} {
+			for j, pat := range list.pats {
+				if _, err := regexp.Compile(pat); err != nil {
+					add(fieldErr(field(fmt.Sprintf("%s[%d]", list.name, j)), "bad regular expression: %v", err))
+				}
+			}
+		}
+		inRange := func(name string, v *int, def, lo, hi int) {
+			if *v == 0 {
+				*v = def
+			}
+			if *v < lo || *v > hi {
+				add(fieldErr(field(name), "must be %d..%d, got %d", lo, hi, *v))
+			}
+		}
+		inRange("batch_size", &p.BatchSize, DefaultProcessorBatch, 1, 1000)
+		inRange("window", &p.Window, DefaultProcessorWindow, 1, 64)
+		inRange("max_pending", &p.MaxPending, DefaultProcessorMaxPending, 1, 1_000_000)
+		if p.InlineBodyLimit == 0 {
+			p.InlineBodyLimit = DefaultInlineBodyLimit
+		}
+		if p.InlineBodyLimit < 0 || p.InlineBodyLimit > MaxInlineBodyLimit {
+			add(fieldErr(field("inline_body_limit"), "must be 0..%d bytes, got %d", MaxInlineBodyLimit, p.InlineBodyLimit))
+		}
+		defaultDuration(&p.Timeout, time.Minute)
+		durationIn(add, field("timeout"), p.Timeout, time.Second, 24*time.Hour)
+		r := &p.Retry
+		inRange("retry.max_attempts", &r.MaxAttempts, 5, 1, 100)
+		defaultDuration(&r.InitialInterval, time.Second)
+		defaultDuration(&r.MaxInterval, 30*time.Second)
+		if r.BackoffCoefficient == 0 {
+			r.BackoffCoefficient = 2
+		}
+		if r.BackoffCoefficient < 1 || r.BackoffCoefficient > 100 {
+			add(fieldErr(field("retry.backoff_coefficient"), "must be 1..100, got %v", r.BackoffCoefficient))
+		}
+		durationIn(add, field("retry.initial_interval"), r.InitialInterval, time.Millisecond, 24*time.Hour)
+		durationIn(add, field("retry.max_interval"), r.MaxInterval, r.InitialInterval.D(), 24*time.Hour)
+	}
+}
+
+// statusRange reads "2xx" or "200" as the statuses it covers.
+func statusRange(s string) (lo, hi int, ok bool) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if len(s) == 3 && strings.HasSuffix(s, "xx") && s[0] >= '1' && s[0] <= '5' {
+		lo = int(s[0]-'0') * 100
+		return lo, lo + 99, true
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 100 || n > 599 {
+		return 0, 0, false
+	}
+	return n, n, true
+}
+
+// PageFilter is a processor's page filter, compiled.
+type PageFilter struct {
+	Name     string
+	types    []string
+	statuses [][2]int
+	include  []*regexp.Regexp
+	exclude  []*regexp.Regexp
+}
+
+// CompileFilters builds the page filters of a normalised spec's
+// processors, in spec order.
+func (s Spec) CompileFilters() ([]PageFilter, error) {
+	var out []PageFilter
+	for _, p := range s.Processors {
+		f := PageFilter{Name: p.Name, types: p.ContentTypes}
+		for _, st := range p.Statuses {
+			lo, hi, ok := statusRange(st)
+			if !ok {
+				return nil, fmt.Errorf("processor %s: status %q", p.Name, st)
+			}
+			f.statuses = append(f.statuses, [2]int{lo, hi})
+		}
+		for _, list := range []struct {
+			pats []string
+			to   *[]*regexp.Regexp
+		}{{p.Include, &f.include}, {p.Exclude, &f.exclude}} {
+			for _, pat := range list.pats {
+				re, err := regexp.Compile(pat)
+				if err != nil {
+					return nil, fmt.Errorf("processor %s: %w", p.Name, err)
+				}
+				*list.to = append(*list.to, re)
+			}
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// Wants says whether a page goes to the processor.
+func (f *PageFilter) Wants(url string, status int, contentType string) bool {
+	statusOK := false
+	for _, r := range f.statuses {
+		statusOK = statusOK || (status >= r[0] && status <= r[1])
+	}
+	if !statusOK || !typeMatches(f.types, contentType) {
+		return false
+	}
+	if len(f.include) > 0 && !anyMatch(f.include, url) {
+		return false
+	}
+	return !anyMatch(f.exclude, url)
+}
+
+func typeMatches(want []string, contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		mt = strings.ToLower(strings.TrimSpace(strings.Split(contentType, ";")[0]))
+	}
+	major, _, _ := strings.Cut(mt, "/")
+	for _, w := range want {
+		switch {
+		case w == "*" || w == "*/*" || w == mt:
+			return true
+		case strings.HasSuffix(w, "/*") && strings.TrimSuffix(w, "/*") == major:
+			return true
+		}
+	}
+	return false
+}
+
+func anyMatch(res []*regexp.Regexp, s string) bool {
+	for _, re := range res {
+		if re.MatchString(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// WantsAnyType says whether some processor takes pages that are not HTML,
+// so that a node keeps their bodies.
+func (s Spec) WantsAnyType() bool {
+	for _, p := range s.Processors {
+		for _, ct := range p.ContentTypes {
+			if ct != "text/html" && ct != "application/xhtml+xml" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ProcessRequest is the input of a processor activity: one batch of pages
+// of one campaign.
+type ProcessRequest struct {
+	// Campaign is the campaign ID (its workflow ID).
+	Campaign string `json:"campaign"`
+	// Processor is the processor's name in the spec.
+	Processor string        `json:"processor"`
+	Pages     []ProcessPage `json:"pages"`
+}
+
+// ProcessPage is one fetched page as a processor gets it.
+type ProcessPage struct {
+	// Key is the page's idempotency key, unique within the campaign and
+	// processor ("<campaign>/<url id>"): a retried batch carries the same
+	// keys, and items are stored once per key.
+	Key string `json:"key"`
+	// URL is the URL as requested; FinalURL the one that answered (they
+	// differ only when the page was reached by a redirect).
+	URL         string              `json:"url"`
+	FinalURL    string              `json:"final_url"`
+	Depth       int                 `json:"depth"`
+	Status      int                 `json:"status"`
+	Headers     map[string][]string `json:"headers"`
+	ContentType string              `json:"content_type"`
+	FetchedAt   time.Time           `json:"fetched_at"`
+	// Body is the body (decoded from any Content-Encoding) when it is at
+	// most the processor's inline_body_limit; otherwise it is empty and
+	// BodyRef says where to get it. JSON carries it as base64.
+	Body []byte `json:"body,omitempty"`
+	// BodyRef, for a body larger than the inline limit.
+	BodyRef *BodyRef `json:"body_ref,omitempty"`
+	// BodyLength is the body's length in bytes, inline or not.
+	BodyLength int64 `json:"body_length"`
+}
+
+// BodyRef is where a body too large to send inline is served: GET any of
+// URLs (nodes serving the campaign's bodies, by their metrics address)
+// with the token; the first that answers 200 gives the bytes. A body is
+// kept until every processor that wants it has taken its page.
+type BodyRef struct {
+	URLs   []string `json:"urls"`
+	SHA256 string   `json:"sha256"`
+}
+
+// ProcessResult is what a processor returns for a batch.
+type ProcessResult struct {
+	Pages []PageResult `json:"pages"`
+}
+
+// PageResult is what a processor made of one page, by its Key. A page
+// left out of the result gets no items and is done.
+type PageResult struct {
+	Key string `json:"key"`
+	// Items are JSON objects, stored in Postgres as they are.
+	Items []json.RawMessage `json:"items,omitempty"`
+	// Links are URLs (absolute, or relative to the page's final URL) to
+	// add to the frontier, scoped and deduplicated as discovered links.
+	Links []string `json:"links,omitempty"`
+	// Error fails this page for the processor at once, without retry.
+	Error string `json:"error,omitempty"`
+}
+
+// Control activities of processors, run on the control queue.
+const (
+	LeaseDeliveriesActivity = "LeaseDeliveries"
+	StoreProcessedActivity  = "StoreProcessed"
+)
+
+// DeliveryLeaseRequest asks for a batch of pages for one processor.
+type DeliveryLeaseRequest struct {
+	CampaignKey int64  `json:"campaign_key"`
+	CampaignID  string `json:"campaign_id"`
+	Processor   string `json:"processor"`
+	// Reset first returns the processor's leased pages to pending: the
+	// run asking holds no batch, so any leased page is a past run's.
+	Reset bool `json:"reset,omitempty"`
+}
+
+// DeliveryLease is a batch for a processor: the request to send it, and
+// how many of its pages wait (pending or in flight, counted up to
+// max_pending) after it.
+type DeliveryLease struct {
+	Request ProcessRequest `json:"request"`
+	IDs     []int64        `json:"ids"`
+	Waiting int            `json:"waiting"`
+}
+
+// StoreProcessedRequest records what a processor made of a batch, or
+// (Error set) that the batch failed for good.
+type StoreProcessedRequest struct {
+	CampaignKey int64          `json:"campaign_key"`
+	CampaignID  string         `json:"campaign_id"`
+	Processor   string         `json:"processor"`
+	IDs         []int64        `json:"ids"`
+	Result      *ProcessResult `json:"result,omitempty"`
+	Error       string         `json:"error,omitempty"`
+}
+
+// StoreProcessedResult counts what the store kept.
+type StoreProcessedResult struct {
+	Processed  int `json:"processed"`
+	Failed     int `json:"failed"`
+	Items      int `json:"items"`
+	Discovered int `json:"discovered"`
+}
+
+// ProcessorCounters are a processor's figures as the workflow keeps them.
+type ProcessorCounters struct {
+	Processed int64  `json:"processed"`
+	Failed    int64  `json:"failed"`
+	Items     int64  `json:"items"`
+	Waiting   int    `json:"waiting"`
+	InFlight  int    `json:"in_flight"`
+	Batches   int64  `json:"batches"`
+	LastError string `json:"last_error,omitempty"`
+}
+
+// ProcessorStatus is one processor as the campaign reports it.
+type ProcessorStatus struct {
+	Name string `json:"name"`
+	ProcessorCounters
+}

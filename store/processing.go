@@ -1,0 +1,412 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Delivery states: a page a processor wants is pending, then leased to a
+// batch of the campaign workflow, then done or failed.
+const (
+	DeliveryPending = "pending"
+	DeliveryLeased  = "leased"
+	DeliveryDone    = "done"
+	DeliveryFailed  = "failed"
+)
+
+// PageBody is what processors get of a fetched page, kept with its
+// deliveries until every processor named has taken it.
+type PageBody struct {
+	Processors  []string
+	FinalURL    string
+	Status      int
+	Header      http.Header
+	ContentType string
+	FetchedAt   time.Time
+	Body        []byte
+}
+
+// bodyRows are the columns of the page_bodies and deliveries a commit
+// writes, beside its outcomes (see recordOutcomes).
+type bodyRows struct {
+	ids                               []int64
+	final, headers, ctype, sha, token []string
+	status                            []int32
+	at                                []time.Time
+	body                              [][]byte
+	dIDs                              []int64
+	dProc                             []string
+}
+
+func (b *bodyRows) add(id int64, p *PageBody) error {
+	h, err := json.Marshal(p.Header)
+	if err != nil {
+		return err
+	}
+	var tok [16]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return err
+	}
+	sum := sha256.Sum256(p.Body)
+	b.ids = append(b.ids, id)
+	b.final = append(b.final, p.FinalURL)
+	b.status = append(b.status, int32(p.Status))
+	b.headers = append(b.headers, string(h))
+	b.ctype = append(b.ctype, p.ContentType)
+	b.at = append(b.at, p.FetchedAt)
+	b.body = append(b.body, p.Body)
+	b.sha = append(b.sha, hex.EncodeToString(sum[:]))
+	b.token = append(b.token, hex.EncodeToString(tok[:]))
+	for _, name := range p.Processors {
+		b.dIDs = append(b.dIDs, id)
+		b.dProc = append(b.dProc, name)
+	}
+	return nil
+}
+
+// DeliveryLease is a batch of pages leased to one processor.
+type DeliveryLease struct {
+	Pages []LeasedPage
+	// Waiting counts the processor's pages pending or leased after this
+	// lease, up to the count asked for (see LeaseDeliveries).
+	Waiting int
+}
+
+// LeasedPage is one page of a DeliveryLease.
+type LeasedPage struct {
+	ID          int64
+	URL         string
+	FinalURL    string
+	Depth       int
+	Status      int
+	Header      http.Header
+	ContentType string
+	FetchedAt   time.Time
+	Length      int64
+	// Body is set when the page's body fits the inline limits; Token and
+	// SHA256 name it otherwise.
+	Body   []byte
+	Token  string
+	SHA256 string
+}
+
+// ReleaseDeliveries returns a processor's leased pages to pending: the
+// batches that held them belong to a run that has ended.
+func (s *Store) ReleaseDeliveries(ctx context.Context, campaignKey int64, processor string) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE deliveries SET state = 'pending'
+		WHERE campaign = $1 AND processor = $2 AND state = 'leased'`, campaignKey, processor)
+	if err != nil {
+		return 0, fmt.Errorf("release deliveries of campaign %d to %s: %w", campaignKey, processor, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// LeaseDeliveries leases up to max pending pages to a processor, oldest
+// first. A body up to inline bytes travels in the lease while the batch's
+// inline bodies stay within batchBytes; a larger one goes by its token.
+// Waiting counts, up to countTo, what is pending or leased after it.
+func (s *Store) LeaseDeliveries(ctx context.Context, campaignKey int64, processor string, max int, inline, batchBytes int64, countTo int) (DeliveryLease, error) {
+	var out DeliveryLease
+	err := s.retryTx(ctx, func(tx pgx.Tx) error {
+		out = DeliveryLease{}
+		rows, err := tx.Query(ctx, `
+			WITH picked AS (
+				SELECT url_id FROM deliveries
+				WHERE campaign = $1 AND processor = $2 AND state = 'pending'
+				ORDER BY url_id LIMIT $3
+				FOR UPDATE SKIP LOCKED
+			), leased AS (
+				UPDATE deliveries d SET state = 'leased', attempts = d.attempts + 1
+				FROM picked WHERE d.campaign = $1 AND d.processor = $2 AND d.url_id = picked.url_id
+				RETURNING d.url_id
+			)
+			SELECT f.id, f.url, f.depth, b.final_url, b.status, b.headers, coalesce(b.content_type, ''), b.fetched_at,
+			       length(b.body), CASE WHEN length(b.body) <= $4 THEN b.body END, b.token, b.sha256
+			FROM leased l JOIN frontier f ON f.id = l.url_id JOIN page_bodies b ON b.url_id = l.url_id
+			ORDER BY f.id`, campaignKey, processor, max, inline)
+		if err != nil {
+			return err
+		}
+		budget := batchBytes
+		for rows.Next() {
+			var p LeasedPage
+			var headers []byte
+			if err := rows.Scan(&p.ID, &p.URL, &p.Depth, &p.FinalURL, &p.Status, &headers, &p.ContentType, &p.FetchedAt,
+				&p.Length, &p.Body, &p.Token, &p.SHA256); err != nil {
+				rows.Close()
+				return err
+			}
+			if err := json.Unmarshal(headers, &p.Header); err != nil {
+				rows.Close()
+				return fmt.Errorf("headers of page %d: %w", p.ID, err)
+			}
+			if p.Body != nil && int64(len(p.Body)) <= budget {
+				budget -= int64(len(p.Body))
+			} else {
+				p.Body = nil
+			}
+			out.Pages = append(out.Pages, p)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `
+			SELECT count(*) FROM (
+				SELECT 1 FROM deliveries
+				WHERE campaign = $1 AND processor = $2 AND state IN ('pending', 'leased')
+				LIMIT $3) w`, campaignKey, processor, countTo).Scan(&out.Waiting)
+	})
+	if err != nil {
+		return DeliveryLease{}, fmt.Errorf("lease pages of campaign %d for processor %s: %w", campaignKey, processor, err)
+	}
+	return out, nil
+}
+
+// Processed is what a processor made of one leased page.
+type Processed struct {
+	ID    int64
+	Items []json.RawMessage
+	Links int
+	// Error fails the page for the processor.
+	Error string
+}
+
+// StoreProcessed records a processor's results for pages it leased: items
+// replace any the page had from this processor (a retried batch never
+// adds twice), and each page's delivery ends done, or failed with its
+// error. A page whose delivery is no longer leased (recorded already) is
+// left alone. Bodies no delivery waits for any more are dropped.
+func (s *Store) StoreProcessed(ctx context.Context, campaignKey int64, processor string, results []Processed) (stored int, err error) {
+	err = s.retryTx(ctx, func(tx pgx.Tx) error {
+		stored = 0
+		ids := make([]int64, len(results))
+		for i, r := range results {
+			ids[i] = r.ID
+		}
+		rows, err := tx.Query(ctx, `
+			SELECT url_id FROM deliveries
+			WHERE campaign = $1 AND processor = $2 AND url_id = ANY($3) AND state = 'leased'
+			ORDER BY url_id FOR UPDATE`, campaignKey, processor, ids)
+		if err != nil {
+			return err
+		}
+		held := map[int64]bool{}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			held[id] = true
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		var (
+			iIDs, dIDs     []int64
+			iSeq, dItems   []int32
+			dLinks         []int32
+			iItem, dStates []string
+			dErrs          []*string
+		)
+		for i, r := range results {
+			if !held[r.ID] {
+				continue
+			}
+			held[r.ID] = false // a page twice in one result counts once
+			stored++
+			state := DeliveryDone
+			if r.Error != "" {
+				state = DeliveryFailed
+				dErrs = append(dErrs, &results[i].Error)
+			} else {
+				dErrs = append(dErrs, nil)
+				for seq, it := range r.Items {
+					iIDs = append(iIDs, r.ID)
+					iSeq = append(iSeq, int32(seq))
+					iItem = append(iItem, string(it))
+				}
+			}
+			dIDs = append(dIDs, r.ID)
+			dStates = append(dStates, state)
+			dItems = append(dItems, int32(len(r.Items)))
+			dLinks = append(dLinks, int32(r.Links))
+		}
+		if len(dIDs) == 0 {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `
+			DELETE FROM items WHERE campaign = $1 AND processor = $2 AND url_id = ANY($3)`,
+			campaignKey, processor, dIDs); err != nil {
+			return err
+		}
+		if len(iIDs) > 0 {
+			if _, err := tx.Exec(ctx, `
+				INSERT INTO items (campaign, processor, url_id, seq, item)
+				SELECT $1, $2, i.id, i.seq, i.item::jsonb
+				FROM unnest($3::bigint[], $4::int[], $5::text[]) AS i(id, seq, item)`,
+				campaignKey, processor, iIDs, iSeq, iItem); err != nil {
+				return fmt.Errorf("items: %w", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `
+			UPDATE deliveries d SET state = r.state, error = r.err, items = CASE WHEN r.state = 'done' THEN r.items ELSE 0 END,
+			       links = r.links, done_at = now()
+			FROM unnest($3::bigint[], $4::text[], $5::text[], $6::int[], $7::int[]) AS r(id, state, err, items, links)
+			WHERE d.campaign = $1 AND d.processor = $2 AND d.url_id = r.id`,
+			campaignKey, processor, dIDs, dStates, dErrs, dItems, dLinks); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `
+			DELETE FROM page_bodies b WHERE b.url_id = ANY($2) AND NOT EXISTS (
+				SELECT 1 FROM deliveries d WHERE d.campaign = $1 AND d.url_id = b.url_id AND d.state IN ('pending', 'leased'))`,
+			campaignKey, dIDs)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store results of processor %s for campaign %d: %w", processor, campaignKey, err)
+	}
+	return stored, nil
+}
+
+// DeliveryPages gives the pages leased to a processor as links are made
+// from them: where each answered from, its depth and its shard.
+func (s *Store) DeliveryPages(ctx context.Context, campaignKey int64, ids []int64) (map[int64]LeasedPage, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT f.id, f.url, f.depth, coalesce(b.final_url, f.url)
+		FROM frontier f LEFT JOIN page_bodies b ON b.url_id = f.id
+		WHERE f.campaign = $1 AND f.id = ANY($2)`, campaignKey, ids)
+	if err != nil {
+		return nil, fmt.Errorf("pages of campaign %d: %w", campaignKey, err)
+	}
+	out := map[int64]LeasedPage{}
+	for rows.Next() {
+		var p LeasedPage
+		if err := rows.Scan(&p.ID, &p.URL, &p.Depth, &p.FinalURL); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[p.ID] = p
+	}
+	return out, rows.Err()
+}
+
+// ProcessorCounts is where one processor's pages stand.
+type ProcessorCounts struct {
+	Pending   int64 `json:"pending"`
+	Leased    int64 `json:"in_flight"`
+	Processed int64 `json:"processed"`
+	Failed    int64 `json:"failed"`
+	Items     int64 `json:"items"`
+	// LastError is the error of a failed page, the latest.
+	LastError string `json:"last_error,omitempty"`
+}
+
+// ProcessorStatus counts each processor's deliveries of a campaign.
+func (s *Store) ProcessorStatus(ctx context.Context, campaignKey int64) (map[string]ProcessorCounts, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT processor, state, count(*), coalesce(sum(items), 0),
+		       (array_agg(error ORDER BY done_at DESC) FILTER (WHERE error IS NOT NULL))[1]
+		FROM deliveries WHERE campaign = $1 GROUP BY processor, state`, campaignKey)
+	if err != nil {
+		return nil, fmt.Errorf("processor status of campaign %d: %w", campaignKey, err)
+	}
+	defer rows.Close()
+	out := map[string]ProcessorCounts{}
+	for rows.Next() {
+		var (
+			name, state string
+			n, items    int64
+			lastErr     *string
+		)
+		if err := rows.Scan(&name, &state, &n, &items, &lastErr); err != nil {
+			return nil, err
+		}
+		c := out[name]
+		switch state {
+		case DeliveryPending:
+			c.Pending = n
+		case DeliveryLeased:
+			c.Leased = n
+		case DeliveryDone:
+			c.Processed, c.Items = n, items
+		case DeliveryFailed:
+			c.Failed = n
+			if lastErr != nil {
+				c.LastError = *lastErr
+			}
+		}
+		out[name] = c
+	}
+	return out, rows.Err()
+}
+
+// Item is one item as `campaign export --items` writes it.
+type Item struct {
+	Processor string          `json:"processor"`
+	URL       string          `json:"url"`
+	Item      json.RawMessage `json:"item"`
+}
+
+// ExportItems streams a campaign's items (one processor's, when named),
+// by processor, page and order within the page.
+func (s *Store) ExportItems(ctx context.Context, campaignKey int64, processor string, fn func(Item) error) (int, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT i.processor, f.url, i.item::text
+		FROM items i JOIN frontier f ON f.id = i.url_id
+		WHERE i.campaign = $1 AND ($2 = '' OR i.processor = $2)
+		ORDER BY i.processor, i.url_id, i.seq`, campaignKey, processor)
+	if err != nil {
+		return 0, fmt.Errorf("export items of campaign %d: %w", campaignKey, err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var it Item
+		var raw string
+		if err := rows.Scan(&it.Processor, &it.URL, &raw); err != nil {
+			return n, fmt.Errorf("export items of campaign %d: %w", campaignKey, err)
+		}
+		it.Item = json.RawMessage(raw)
+		if err := fn(it); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return n, fmt.Errorf("export items of campaign %d: %w", campaignKey, err)
+	}
+	return n, nil
+}
+
+// ErrNoBody is returned for a token that names no kept body.
+var ErrNoBody = errors.New("no such body (its pages were all processed, or the token is wrong)")
+
+// Body returns the body a token names, and its content type.
+func (s *Store) Body(ctx context.Context, token string) ([]byte, string, error) {
+	var body []byte
+	var ctype string
+	err := s.pool.QueryRow(ctx, `SELECT body, coalesce(content_type, '') FROM page_bodies WHERE token = $1`, token).Scan(&body, &ctype)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, "", ErrNoBody
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("body %s: %w", token, err)
+	}
+	return body, ctype, nil
+}
+
+// PageKey is a page's idempotency key for processors: the campaign ID and
+// the page's frontier row, which never changes.
+func PageKey(campaignID string, id int64) string { return campaignID + "/" + strconv.FormatInt(id, 10) }

@@ -1,0 +1,249 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/spiderpool/spiderpool/campaign"
+)
+
+// processorsChange versions delivery of pages to processors (issue 13).
+// Runs before it never deliver; a spec with processors needs it.
+const processorsChange = "processors"
+
+// processorCooldown is how long a processor's leasing rests after a lease
+// call failed (Postgres away).
+const processorCooldown = 5 * time.Second
+
+// processor is one of the campaign's processors as the dispatcher drives
+// it: pages flow from Postgres to its activity in batches, at most
+// spec.window at a time, and its results go back to Postgres.
+//
+// Its batches are not awaited at continue-as-new: what they held is
+// leased in Postgres, and the next run's first lease returns it to
+// pending (Reset), so a batch in flight then is delivered again. Items
+// are stored once per page whatever the number of deliveries.
+type processor struct {
+	spec    campaign.Processor
+	leasing bool
+	// inflight counts batches at the processor or being stored.
+	inflight int
+	// reset: the run has not leased yet (see DeliveryLeaseRequest.Reset).
+	reset bool
+	// dry: the last lease found no page pending. dryAt is the number of
+	// frontier leases completed when that lease started: a dry lease
+	// proves the processor is done only if it started after the frontier
+	// lease that found the crawl finished.
+	dry       bool
+	dryAt     int64
+	coolUntil time.Time
+	counters  campaign.ProcessorCounters
+}
+
+// setUpProcessors reads the version marker and the processors of the
+// spec; carried counters go on.
+func (d *dispatcher) setUpProcessors(carried []campaign.ProcessorStatus) {
+	if len(d.spec.Processors) == 0 {
+		return
+	}
+	if workflow.GetVersion(d.ctx, processorsChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	for _, ps := range d.spec.Processors {
+		p := &processor{spec: ps, reset: true}
+		for _, c := range carried {
+			if c.Name == ps.Name {
+				p.counters = c.ProcessorCounters
+				p.counters.InFlight = 0
+			}
+		}
+		d.procs = append(d.procs, p)
+	}
+}
+
+// pagesMayHaveArrived: a batch committed pages, so processors that found
+// nothing may find some now.
+func (d *dispatcher) pagesMayHaveArrived() {
+	for _, p := range d.procs {
+		p.dry = false
+	}
+}
+
+// frontierSettled: the last frontier lease found nothing pending or
+// leased anywhere, and nothing is in flight.
+func (d *dispatcher) frontierSettled() bool {
+	l := d.lastLease
+	return d.quiet() && d.leaseDry && l.LeasedElsewhere == 0 && (l.Pending == 0 || l.BudgetExhausted)
+}
+
+// processorsDone: every processor has taken every page there is.
+func (d *dispatcher) processorsDone() bool {
+	for _, p := range d.procs {
+		if p.leasing || p.inflight > 0 || !p.dry || p.dryAt != d.frontierLeases {
+			return false
+		}
+	}
+	return true
+}
+
+// processorLeasing: a processor's lease call is outstanding.
+func (d *dispatcher) processorLeasing() bool {
+	for _, p := range d.procs {
+		if p.leasing {
+			return true
+		}
+	}
+	return false
+}
+
+// processorBacklog names a processor with max_pending pages waiting: the
+// frontier waits for it.
+func (d *dispatcher) processorBacklog() string {
+	for _, p := range d.procs {
+		if p.counters.Waiting >= p.spec.MaxPending {
+			return p.spec.Name
+		}
+	}
+	return ""
+}
+
+// deliver starts a lease for each processor with room in its window and,
+// maybe, pages waiting.
+func (d *dispatcher) deliver() {
+	now := workflow.Now(d.ctx)
+	for _, p := range d.procs {
+		if p.dry && d.frontierSettled() && p.dryAt != d.frontierLeases {
+			p.dry = false // the crawl looks done: one more look, after it
+		}
+		if p.leasing || p.dry || p.inflight >= p.spec.Window || now.Before(p.coolUntil) {
+			continue
+		}
+		d.leaseFor(p)
+	}
+}
+
+func (d *dispatcher) leaseFor(p *processor) {
+	p.leasing = true
+	started := d.frontierLeases
+	req := campaign.DeliveryLeaseRequest{CampaignKey: d.key, CampaignID: d.id, Processor: p.spec.Name, Reset: p.reset}
+	f := workflow.ExecuteLocalActivity(d.localOptions(), campaign.LeaseDeliveriesActivity, req)
+	d.sel.AddFuture(f, func(f workflow.Future) {
+		p.leasing = false
+		var lease campaign.DeliveryLease
+		if err := f.Get(d.ctx, &lease); err != nil {
+			d.log.Warn("leasing pages for a processor failed; trying again", "processor", p.spec.Name, "error", err)
+			p.coolUntil = workflow.Now(d.ctx).Add(processorCooldown)
+			d.wakeAt(processorCooldown)
+			return
+		}
+		p.reset = false
+		p.counters.Waiting = lease.Waiting
+		if len(lease.IDs) == 0 {
+			p.dry, p.dryAt = true, started
+			return
+		}
+		d.process(p, lease)
+	})
+}
+
+// process sends one batch to the processor's activity, then stores what
+// it returned, or its failure once the retry policy gave up.
+func (d *dispatcher) process(p *processor, lease campaign.DeliveryLease) {
+	p.inflight++
+	p.counters.InFlight += len(lease.IDs)
+	p.counters.Batches++
+	r := p.spec.Retry
+	actx := workflow.WithActivityOptions(d.ctx, workflow.ActivityOptions{
+		TaskQueue:           p.spec.TaskQueue,
+		StartToCloseTimeout: p.spec.Timeout.D(),
+		Summary:             fmt.Sprintf("%s: %d pages", p.spec.Name, len(lease.IDs)),
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: r.InitialInterval.D(), BackoffCoefficient: r.BackoffCoefficient,
+			MaximumInterval: r.MaxInterval.D(), MaximumAttempts: int32(r.MaxAttempts),
+		},
+	})
+	f := workflow.ExecuteActivity(actx, p.spec.Activity, lease.Request)
+	d.sel.AddFuture(f, func(f workflow.Future) {
+		var result campaign.ProcessResult
+		err := f.Get(d.ctx, &result)
+		var canceled *temporal.CanceledError
+		if err != nil && (d.cancelled || errors.As(err, &canceled)) {
+			// The campaign is being cancelled: the pages stay leased, and a
+			// campaign started again under its ID delivers them again.
+			p.inflight--
+			p.counters.InFlight -= len(lease.IDs)
+			return
+		}
+		req := campaign.StoreProcessedRequest{
+			CampaignKey: d.key, CampaignID: d.id, Processor: p.spec.Name, IDs: lease.IDs,
+		}
+		if err != nil {
+			req.Error = processorError(err)
+		} else {
+			req.Result = &result
+		}
+		d.storeProcessed(p, req)
+	})
+}
+
+// storeProcessed records a batch's results. It retries until Postgres
+// takes them (a regular activity: its retries cost no history).
+func (d *dispatcher) storeProcessed(p *processor, req campaign.StoreProcessedRequest) {
+	d.ops++
+	actx := workflow.WithActivityOptions(d.ctx, d.controlOptions())
+	f := workflow.ExecuteActivity(actx, campaign.StoreProcessedActivity, req)
+	d.sel.AddFuture(f, func(f workflow.Future) {
+		d.ops--
+		p.inflight--
+		p.counters.InFlight -= len(req.IDs)
+		var res campaign.StoreProcessedResult
+		if err := f.Get(d.ctx, &res); err != nil {
+			// Its pages stay leased; the next run delivers them again.
+			d.log.Warn("storing a processor's results failed", "processor", p.spec.Name, "error", err)
+			return
+		}
+		p.counters.Processed += int64(res.Processed)
+		p.counters.Failed += int64(res.Failed)
+		p.counters.Items += int64(res.Items)
+		if req.Error != "" {
+			p.counters.LastError = req.Error
+		}
+		d.counters.Discovered += int64(res.Discovered)
+		if res.Discovered > 0 {
+			d.leaseDry = false
+		}
+	})
+}
+
+// processorError is what a page that failed with its batch records: the
+// activity's own message, without the SDK's wrapping.
+func processorError(err error) string {
+	var appErr *temporal.ApplicationError
+	var timeoutErr *temporal.TimeoutError
+	switch {
+	case errors.As(err, &appErr):
+		return appErr.Error()
+	case errors.As(err, &timeoutErr):
+		return "processor timed out: " + timeoutErr.Error()
+	}
+	return err.Error()
+}
+
+// processorStatus is what status and continue-as-new report of the
+// processors.
+func (d *dispatcher) processorStatus() []campaign.ProcessorStatus {
+	var out []campaign.ProcessorStatus
+	for _, p := range d.procs {
+		out = append(out, campaign.ProcessorStatus{Name: p.spec.Name, ProcessorCounters: p.counters})
+	}
+	return out
+}
+
+// wakeAt wakes the loop after wait, once.
+func (d *dispatcher) wakeAt(wait time.Duration) {
+	d.sel.AddFuture(workflow.NewTimer(d.ctx, wait), func(workflow.Future) {})
+}
