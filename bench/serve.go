@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spiderpool/spiderpool/devstack"
 	"github.com/spiderpool/spiderpool/tests/synthweb"
 )
 
@@ -85,7 +86,7 @@ func startWeb(wf webFlags) (*webProcess, error) {
 		return nil, err
 	}
 	cmd := exec.Command(self, "serve", fmt.Sprint("-pages=", wf.pages), fmt.Sprint("-hosts=", wf.hosts), fmt.Sprint("-links=", wf.links))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	devstack.DieWithParent(cmd, syscall.SIGKILL)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

@@ -118,7 +118,7 @@ func (s *stack) startNodes() (_ *nodeSet, err error) {
 		p.Env = append(os.Environ(), config.EnvDatabaseURL+"="+db, config.EnvTemporalAddress+"="+cfg.TemporalAddress,
 			config.EnvControlQueue+"="+cfg.ControlQueue)
 		p.Stderr = os.Stderr
-		p.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		devstack.DieWithParent(p, syscall.SIGKILL)
 		if err := p.Start(); err != nil {
 			return nil, err
 		}

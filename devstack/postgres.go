@@ -153,7 +153,7 @@ func (p *Postgres) start(ctx context.Context) error {
 	for _, kv := range p.opts.Settings {
 		cmd.Args = append(cmd.Args, "-c", kv)
 	}
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT // die with us, even on SIGKILL
+	DieWithParent(cmd, syscall.SIGQUIT)
 	cmd.Stdout, cmd.Stderr = p.opts.Output, p.opts.Output
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start postgres: %w", err)

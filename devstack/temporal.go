@@ -119,7 +119,8 @@ func (t *Temporal) start(ctx context.Context) error {
 		args = append(args, "--db-filename", t.opts.DBFile)
 	}
 	cmd := exec.Command(t.opts.Bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	DieWithParent(cmd, syscall.SIGKILL)
 	cmd.Stdout, cmd.Stderr = t.opts.Output, t.opts.Output
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start temporal dev server (%s): %w", t.opts.Bin, err)

@@ -216,7 +216,7 @@ func (a *app) runDev(ctx context.Context, weights []float64, ports devPorts, sta
 			config.EnvNamespace+"="+cfg.Namespace,
 			config.EnvControlQueue+"="+cfg.ControlQueue)
 		p.Stdout, p.Stderr = logFile, logFile
-		p.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+		devstack.DieWithParent(p, syscall.SIGTERM)
 		if err := p.Start(); err != nil {
 			return fmt.Errorf("start %s: %w", id, err)
 		}

@@ -82,7 +82,7 @@ func (s *Stack) StartNodeProcess(short string, weight float64, extra ...string) 
 		config.EnvTemporalAddress+"="+s.Config.TemporalAddress,
 		config.EnvControlQueue+"="+s.Config.ControlQueue)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	devstack.DieWithParent(cmd, syscall.SIGKILL)
 	if err := cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}

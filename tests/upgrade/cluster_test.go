@@ -24,6 +24,7 @@ import (
 
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/config"
+	"github.com/spiderpool/spiderpool/devstack"
 	"github.com/spiderpool/spiderpool/tests/harness"
 )
 
@@ -159,7 +160,7 @@ func (c *cluster) startNode(bin, release, short string, weight float64) *node {
 		"--heartbeat-interval", "1s", "--ttl", "4s", "--allow-private-networks", "--db-conns", "8", "--log-level", "info")
 	n.cmd.Env = c.env()
 	n.cmd.Stdout, n.cmd.Stderr = logFile, logFile
-	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	devstack.DieWithParent(n.cmd, syscall.SIGKILL)
 	if err := n.cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}

@@ -20,11 +20,12 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/config"
 	"github.com/spiderpool/spiderpool/control"
+	"github.com/spiderpool/spiderpool/devstack"
 	"github.com/spiderpool/spiderpool/tests/synthweb"
 )
 
@@ -80,7 +81,7 @@ func run() error {
 	_ = os.Remove(statePath)
 	dev := exec.Command(bin, "dev", "--state-dir", stateDir, "--log-level", "warn")
 	dev.Stdout, dev.Stderr = os.Stdout, os.Stderr
-	dev.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	devstack.DieWithParent(dev, syscall.SIGTERM)
 	if err := dev.Start(); err != nil {
 		return fmt.Errorf("start %s dev: %w (did `make build` run?)", bin, err)
 	}
@@ -233,7 +234,4 @@ func report(sum campaign.Summary, w *synthweb.Web) {
 }
 
 // isTerminal is true for a terminal (not /dev/null, also a char device).
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
-}
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
