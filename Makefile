@@ -10,16 +10,28 @@ GO ?= go
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export SPIDERPOOL_TEMPORAL_BIN := $(BIN)/temporal
 
+# What `spiderpool version` prints: the nearest tag (or the commit) and the
+# commit, stamped by the linker. A build without them (go install, go run)
+# falls back to the VCS stamp Go records itself.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+# The image docker-compose.yml and deploy/kubernetes run. ENGINE is docker
+# or podman, whichever is installed.
+IMAGE ?= spiderpool:local
+ENGINE ?= $(shell command -v docker || command -v podman)
+
 # Packages under the race detector (activities starts its own Postgres).
 UNIT_PKGS := ./ring/... ./campaign/... ./crawl/... ./fetch/... ./workflows/... ./config/... ./activities/... ./store/... \
 	./archive/... ./metrics/... ./control/... ./cmd/... ./workers/... ./devstack/... ./schema/...
 
-.PHONY: help tools postgres build test test-unit test-integration demo dev histories fuzz vet clean bench bench-scale bench-polite bench-frontier
+.PHONY: help tools postgres build image cross test test-unit test-integration demo dev histories fuzz vet clean bench bench-scale bench-polite bench-frontier
 
 help:
 	@echo "make demo   - run the local stack and crawl the bundled synthetic web"
 	@echo "make test   - everything the tests need, then all tests"
 	@echo "make dev    - run the local stack until Ctrl-C (bin/spiderpool dev)"
+	@echo "make image  - the container image docker-compose.yml and deploy/kubernetes run (IMAGE=$(IMAGE))"
 	@echo "make histories - record this release's workflow histories (HISTORY_SET) for the replay tests"
 	@echo "make fuzz   - run each fuzz target for FUZZTIME (default 30s)"
 	@echo "make bench  - spiderpool vs Colly on a 100k-page web, and the hot paths; updates README"
@@ -44,7 +56,7 @@ postgres:
 	$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
 
 build:
-	$(GO) build -o $(BIN)/spiderpool ./cmd/spiderpool
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/spiderpool ./cmd/spiderpool
 	$(GO) build -o $(BIN)/synthweb ./tests/cmd/synthweb
 	$(GO) build -o $(BIN)/demo ./tests/cmd/demo
 
@@ -52,7 +64,20 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
-test: tools vet test-unit test-integration
+image:
+	@test -n "$(ENGINE)" || { echo "make image needs docker or podman"; exit 1; }
+	$(ENGINE) build -f deploy/Dockerfile --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
+
+# The binary builds for macOS and for arm64 Linux too (Linux-only calls sit
+# in _linux.go files), and every package but tests/integration vets for
+# macOS, test files included. tests/integration proves a bounded TCP connect
+# with a Linux-only socket trick (droppingListener), so it is left out.
+CROSS := darwin/arm64 linux/arm64
+cross:
+	for p in $(CROSS); do GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build ./... || exit 1; done
+	GOOS=darwin GOARCH=arm64 $(GO) vet $$($(GO) list ./... | grep -v '/tests/integration$$')
+
+test: tools vet cross test-unit test-integration
 
 test-unit:
 	$(GO) test -race -count=1 $(UNIT_PKGS)
