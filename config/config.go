@@ -24,6 +24,8 @@ type Config struct {
 	TemporalAddress string
 	// Namespace is the Temporal namespace.
 	Namespace string
+	// Temporal is the rest of the Temporal connection: TLS, API key.
+	Temporal Temporal
 	// ControlQueue is where campaign workflows and control activities run.
 	ControlQueue string
 	// ConnectTimeout bounds reaching Postgres and Temporal at start, so a
@@ -36,7 +38,7 @@ type Config struct {
 
 	Node Node
 
-	// From says where DatabaseURL and TemporalAddress came from.
+	// From says where DatabaseURL and the Temporal settings came from.
 	From Source
 
 	bound map[string]bool // names of the flags bound to this config
@@ -107,6 +109,19 @@ func Default() Config {
 type Source struct {
 	DatabaseURL     string
 	TemporalAddress string
+	// Temporal maps each Temporal connection setting, by its key in a TOML
+	// profile (address, api_key, tls.server_ca_cert_path), to where it came
+	// from: a flag, an environment variable, a profile or "default".
+	Temporal map[string]string
+}
+
+// Of says where the Temporal setting key came from; empty when the
+// configuration was built in code, not read by ApplyEnv.
+func (s Source) Of(key string) string {
+	if key == "address" && s.TemporalAddress != "" {
+		return s.TemporalAddress
+	}
+	return s.Temporal[key]
 }
 
 // Env names. DATABASE_URL and TEMPORAL_ADDRESS are the names other tools
@@ -137,12 +152,10 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", c.ConnectTimeout, "how long to try reaching Postgres and Temporal")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error (env "+EnvLogLevel+")")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "text or json (env "+EnvLogFormat+")")
+	c.temporalFlags(fs)
 	fs.VisitAll(func(f *pflag.Flag) {
 		if f.Name == "database-url" {
 			f.Value = &sourced{Value: f.Value, src: &src.DatabaseURL}
-		}
-		if f.Name == "temporal-address" {
-			f.Value = &sourced{Value: f.Value, src: &src.TemporalAddress}
 		}
 	})
 }
@@ -174,6 +187,8 @@ var envNames = map[string]string{
 	"database-url":           EnvDatabaseURL,
 	"temporal-address":       EnvTemporalAddress,
 	"namespace":              EnvNamespace,
+	"temporal-config-file":   EnvTemporalConfigFile,
+	"temporal-profile":       EnvTemporalProfile,
 	"control-queue":          EnvControlQueue,
 	"log-level":              EnvLogLevel,
 	"log-format":             EnvLogFormat,
@@ -186,6 +201,11 @@ var envNames = map[string]string{
 func EnvName(flag string) string {
 	if e, ok := envNames[flag]; ok {
 		return e
+	}
+	for _, s := range temporalSettings {
+		if s.flag == flag {
+			return s.env
+		}
 	}
 	return "SPIDERPOOL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
@@ -200,11 +220,16 @@ func (c *Config) bind(fs *pflag.FlagSet) {
 // ApplyEnv sets each configuration flag in fs that the command line left
 // out from its environment variable, if set (see EnvName); a value that
 // does not parse is an error naming the variable. Flags of a command's own
-// (--json, --spec) are not configuration and read no environment.
+// (--json, --spec) are not configuration and read no environment. The
+// Temporal connection is read as the temporal CLI reads it: a TOML
+// profile, then TEMPORAL_* variables, then the flags (see Temporal).
 func (c *Config) ApplyEnv(fs *pflag.FlagSet) error {
 	var errs []error
+	if c.bound["temporal-address"] {
+		errs = append(errs, c.applyTemporal(fs))
+	}
 	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Changed || !c.bound[f.Name] {
+		if f.Changed || !c.bound[f.Name] || isTemporalFlag(f.Name) {
 			return
 		}
 		env := EnvName(f.Name)
@@ -217,11 +242,8 @@ func (c *Config) ApplyEnv(fs *pflag.FlagSet) error {
 			return
 		}
 		f.Changed = false // still not from the command line
-		switch f.Name {
-		case "database-url":
+		if f.Name == "database-url" {
 			c.From.DatabaseURL = env
-		case "temporal-address":
-			c.From.TemporalAddress = env
 		}
 	})
 	return errors.Join(errs...)
@@ -288,6 +310,7 @@ func (c *Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("log format must be text or json, got %q", c.LogFormat))
 	}
+	errs = append(errs, c.validateTemporal())
 	return errors.Join(errs...)
 }
 

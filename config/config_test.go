@@ -24,6 +24,7 @@ func parse(t *testing.T, args ...string) (*Config, *pflag.FlagSet) {
 }
 
 func TestFlagBeatsEnvironmentBeatsDefault(t *testing.T) {
+	isolate(t)
 	t.Setenv("SPIDERPOOL_FETCH_CONCURRENCY", "64")
 	t.Setenv("SPIDERPOOL_MAX_BATCHES", "7")
 	t.Setenv(EnvTemporalAddress, "temporal.internal:7233")
