@@ -8,14 +8,21 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // ParseSpec decodes a campaign spec as a person wrote it, strictly: unknown
 // fields and values of the wrong type are errors naming the field
-// ("spec.limits.max_pages: ..."), so a typo is named, never ignored. It
-// does not apply defaults or validate; see Spec.Normalize.
+// ("spec.limits.max_pages: ..."), so a typo is named, never ignored. A
+// document that is not JSON at all is a *SyntaxError saying where.
+//
+// It does not apply defaults or validate; see Spec.Normalize. The spec
+// returned keeps the field errors too, so that Normalize reports them
+// with its own: a person fixes every problem of a spec in one go.
 func ParseSpec(b []byte) (Spec, error) {
-	return decodeSpec(b, true)
+	s, err := decodeSpec(b, true)
+	s.decodeErr = err
+	return s, err
 }
 
 // DecodeSpec decodes a spec a program wrote: a workflow's input, an
@@ -82,6 +89,9 @@ var (
 
 func decodeSpec(b []byte, strict bool) (Spec, error) {
 	var s Spec
+	if err := checkSyntax(b); err != nil {
+		return s, err
+	}
 	d := specDecoder{strict: strict}
 	err := d.decode(nil, b, reflect.ValueOf(&s).Elem())
 	s.unknown = d.unknown
@@ -108,7 +118,7 @@ func (d *specDecoder) decode(keys []string, b []byte, v reflect.Value) error {
 	// Spec itself is walked field by field; its UnmarshalJSON calls here.
 	if t.Kind() != reflect.Struct || (t != specType && reflect.PointerTo(t).Implements(unmarshalerType)) {
 		if err := json.Unmarshal(b, v.Addr().Interface()); err != nil {
-			return fmt.Errorf("%s: %s", fieldPath(keys), describeJSONError(err))
+			return &FieldError{Field: fieldPath(keys), Problem: describeJSONError(err)}
 		}
 		return nil
 	}
@@ -118,7 +128,7 @@ func (d *specDecoder) decode(keys []string, b []byte, v reflect.Value) error {
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(trimmed, &fields); err != nil {
-		return fmt.Errorf("%s: want a JSON object, got %s", fieldPath(keys), kindOf(trimmed))
+		return &FieldError{Field: fieldPath(keys), Problem: "want a JSON object, got " + kindOf(trimmed)}
 	}
 	byName := map[string]int{}
 	for i := range t.NumField() {
@@ -140,7 +150,7 @@ func (d *specDecoder) decode(keys []string, b []byte, v reflect.Value) error {
 		i, ok := byName[key]
 		if !ok {
 			if d.strict {
-				errs = append(errs, fmt.Errorf("%s: unknown field %q", fieldPath(keys), key))
+				errs = append(errs, &FieldError{Field: fieldPath(keys), Problem: fmt.Sprintf("unknown field %q", key)})
 			} else {
 				d.keep(keys, key, fields[key])
 			}
@@ -233,17 +243,133 @@ func friendlyType(t reflect.Type) string {
 	return t.String()
 }
 
+// kindOf names the kind of a valid JSON value.
 func kindOf(b []byte) string {
 	if len(b) == 0 {
 		return "nothing"
 	}
 	switch b[0] {
+	case '{':
+		return "an object"
 	case '[':
 		return "a list"
 	case '"':
 		return "a string"
 	case 't', 'f':
 		return "a boolean"
+	case 'n':
+		return "null"
 	}
 	return "a number"
+}
+
+// SyntaxError is a spec that is not JSON: it ends early, or has a
+// character where JSON allows none. It says where, as a person's editor
+// counts (line and column, from 1) and as a program does (byte offset).
+type SyntaxError struct {
+	Line, Column int
+	Offset       int64 // bytes before the problem
+	// EndsEarly is a document cut short; Unclosed then lists what is
+	// still open, innermost first ("the list opened at line 1, column 10").
+	EndsEarly bool
+	Unclosed  []string
+	Problem   string // encoding/json's words, for a bad character
+}
+
+func (e *SyntaxError) Error() string {
+	where := fmt.Sprintf("line %d, column %d (byte %d)", e.Line, e.Column, e.Offset)
+	if !e.EndsEarly {
+		return fmt.Sprintf("spec: invalid JSON at %s: %s", where, e.Problem)
+	}
+	msg := "spec: the JSON ends early, at " + where
+	if n := len(e.Unclosed); n > 0 {
+		open := e.Unclosed[0]
+		if n > 1 {
+			open = strings.Join(e.Unclosed[:n-1], ", ") + " and " + e.Unclosed[n-1]
+		}
+		msg += ", with " + open + " not closed"
+	}
+	return msg
+}
+
+// checkSyntax finds where a document stops being JSON, before it is walked
+// field by field: a truncated file would otherwise be reported as the
+// wrong kind of value.
+func checkSyntax(b []byte) error {
+	if json.Valid(b) {
+		return nil
+	}
+	if len(bytes.TrimFunc(b, isJSONSpace)) == 0 {
+		return &FieldError{Field: "spec", Problem: `want a JSON object, got nothing (a spec is at least {"seeds":["https://example.org/"]})`}
+	}
+	var raw json.RawMessage
+	err := json.Unmarshal(b, &raw)
+	var se *json.SyntaxError
+	if !errors.As(err, &se) {
+		return fmt.Errorf("spec: invalid JSON: %w", err)
+	}
+	off := se.Offset
+	if se.Error() != "unexpected end of JSON input" {
+		// Offset counts the offending byte; point at it.
+		off = max(0, off-1)
+		line, col := lineColumn(b, off)
+		return &SyntaxError{Line: line, Column: col, Offset: off, Problem: se.Error()}
+	}
+	off = int64(len(bytes.TrimRightFunc(b, isJSONSpace)))
+	line, col := lineColumn(b, off)
+	return &SyntaxError{Line: line, Column: col, Offset: off, EndsEarly: true, Unclosed: unclosed(b[:off])}
+}
+
+func isJSONSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' }
+
+// lineColumn turns a byte offset into a 1-based line and column (in
+// characters, as an editor shows them).
+func lineColumn(b []byte, off int64) (line, col int) {
+	before := b[:min(off, int64(len(b)))]
+	line = 1 + bytes.Count(before, []byte("\n"))
+	lastLine := before[bytes.LastIndexByte(before, '\n')+1:]
+	return line, 1 + utf8.RuneCount(lastLine)
+}
+
+// unclosed lists the objects, lists and string still open at the end of
+// a cut-short document, innermost first.
+func unclosed(b []byte) []string {
+	type open struct {
+		what string
+		at   int64
+	}
+	var stack []open
+	inString, escaped := false, false
+	var stringAt int64
+	for i, c := range b {
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case inString && c == '"':
+			inString = false
+		case inString:
+		case c == '"':
+			inString, stringAt = true, int64(i)
+		case c == '{':
+			stack = append(stack, open{"object", int64(i)})
+		case c == '[':
+			stack = append(stack, open{"list", int64(i)})
+		case (c == '}' || c == ']') && len(stack) > 0:
+			stack = stack[:len(stack)-1]
+		}
+	}
+	var out []string
+	describe := func(what string, at int64) {
+		line, col := lineColumn(b, at)
+		out = append(out, fmt.Sprintf("the %s opened at line %d, column %d", what, line, col))
+	}
+	if inString {
+		describe("string", stringAt)
+	}
+	for i := len(stack) - 1; i >= 0; i-- {
+		describe(stack[i].what, stack[i].at)
+	}
+	return out
 }

@@ -226,16 +226,29 @@ func fieldErr(field, format string, args ...any) error {
 }
 
 // Normalize validates the spec and returns it with defaults filled in. The
-// error joins one FieldError per problem, each naming its field.
+// error joins one FieldError per problem, each naming its field: those
+// ParseSpec or DecodeSpec found (a value of the wrong type, an unknown
+// field) first, then those of the values that did decode, so that a spec
+// with several mistakes has them all named at once.
 func (s Spec) Normalize() (Spec, error) {
-	if s.decodeErr != nil {
-		return s, s.decodeErr
-	}
 	var errs []error
-	add := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
+	var undecoded []string // fields whose value could not be decoded
+	for _, err := range flatten(s.decodeErr) {
+		var se *SyntaxError
+		if errors.As(err, &se) {
+			return s, err // there is no spec to check
 		}
+		errs = append(errs, err)
+		if fe, ok := err.(*FieldError); ok && fe.Field != "spec" {
+			undecoded = append(undecoded, fe.Field)
+		}
+	}
+	add := func(err error) {
+		var fe *FieldError
+		if err == nil || errors.As(err, &fe) && below(fe.Field, undecoded) {
+			return // its value is named above already, and is not what the person wrote
+		}
+		errs = append(errs, err)
 	}
 
 	if len(s.Seeds) == 0 {
@@ -399,6 +412,31 @@ func (s Spec) Normalize() (Spec, error) {
 		seen[n] = true
 	}
 	return s, errors.Join(errs...)
+}
+
+// flatten lists the errors errors.Join joined.
+func flatten(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
+}
+
+// below says whether field is one of fields or inside one of them.
+func below(field string, fields []string) bool {
+	for _, f := range fields {
+		if field == f || strings.HasPrefix(field, f+".") || strings.HasPrefix(field, f+"[") {
+			return true
+		}
+	}
+	return false
 }
 
 // CompileScope builds the scope rules of a normalised spec.
