@@ -1,13 +1,16 @@
 // Package fetch owns HTTP: one GET with connect and total timeouts, a body
 // cap that holds after decompression, no redirect following (redirect
 // targets go back through the frontier, to be scoped, deduped and routed to
-// their own host's node), and a verdict on whether a failure is worth
-// retrying.
+// their own host's node), a verdict on whether a failure is worth
+// retrying, and, for a web archive, the exchange's bytes as they crossed
+// the connection (Wire). It speaks HTTP/1.1 only, the protocol archives
+// record, and undoes content codings itself, beside the bytes it captures.
 package fetch
 
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -38,6 +41,9 @@ type Options struct {
 	KeepBody bool
 	// KeepAnyType keeps the body whatever its type (robots.txt, sitemaps).
 	KeepAnyType bool
+	// Capture keeps the exchange's bytes as sent and received
+	// (Response.Wire), up to MaxBodyBytes of body plus the headers.
+	Capture bool
 }
 
 // ErrStalled is the failure of a body that stopped sending for longer than
@@ -50,24 +56,24 @@ type Response struct {
 	ContentType string        // media type, lower case, no parameters
 	Location    string        // raw Location header of a redirect
 	RetryAfter  time.Duration // from a Retry-After header (seconds or a date), 0 if none
-	Body        []byte        // HTML bodies when KeepBody, capped at MaxBodyBytes
+	Body        []byte        // HTML bodies when KeepBody, capped at MaxBodyBytes, content coding undone
 	Length      int64         // bytes read (after decompression)
 	Truncated   bool          // the body was longer than MaxBodyBytes; only that much was read
 	Digest      string        // sha256:<hex> of the bytes read
 	Duration    time.Duration
-	// The exchange as it went, for archiving (see package archive): when
-	// the request was sent, the request and response headers, the
-	// protocol, and whether the transport decompressed the body.
+	// Sent is when the request was sent.
 	Sent time.Time
 	// ReachedBy is when the host surely had the request: when it was
 	// written, on a connection the host had already accepted; when the
 	// answer began, on a new one (a busy server may take a while to accept
 	// it). Zero if it never went. Politeness counts a host's gaps from here.
-	ReachedBy     time.Time
-	RequestHeader http.Header
-	Header        http.Header
-	Proto         string
-	Decompressed  bool
+	ReachedBy time.Time
+	// Header is the response's, parsed; Content-Encoding and
+	// Content-Length are as received.
+	Header http.Header
+	// Wire is the exchange as it crossed the connection, with
+	// Options.Capture; nil without, or when no connection was made.
+	Wire *Wire
 	// Err is a transport failure: no status, or the body broke off.
 	Err error
 }
@@ -79,9 +85,14 @@ type reachedBy struct {
 	firstByte atomic.Int64
 }
 
-func (r *reachedBy) trace() *httptrace.ClientTrace {
+func (r *reachedBy) trace(cp *capture) *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
-		GotConn:              func(c httptrace.GotConnInfo) { r.reused.Store(c.Reused) },
+		GotConn: func(c httptrace.GotConnInfo) {
+			r.reused.Store(c.Reused)
+			if tc, ok := c.Conn.(*tapConn); ok && cp != nil {
+				tc.attach(cp)
+			}
+		},
 		WroteRequest:         func(httptrace.WroteRequestInfo) { r.wrote.Store(time.Now().UnixNano()) },
 		GotFirstResponseByte: func() { r.firstByte.Store(time.Now().UnixNano()) },
 	}
@@ -113,6 +124,9 @@ type Fetcher struct {
 	// hook is the guard. The package's tests give it a resolver of their
 	// own, to make names resolve inward.
 	dialer *net.Dialer
+	// roots verifies servers' certificates; nil is the system's. The
+	// package's tests trust their own server with it.
+	roots *x509.CertPool
 }
 
 type connectTimeoutKey struct{}
@@ -121,21 +135,32 @@ type connectTimeoutKey struct{}
 // and connecting only where guard allows.
 func New(idlePerHost int, guard Guard) *Fetcher {
 	f := &Fetcher{dialer: &net.Dialer{KeepAlive: 30 * time.Second, Control: guard.control}}
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d := *f.dialer
+		if t, ok := ctx.Value(connectTimeoutKey{}).(time.Duration); ok {
+			d.Timeout = t
+		}
+		return d.DialContext(ctx, network, addr)
+	}
 	transport := &http.Transport{
 		Proxy: nil, // a crawler goes direct; a proxy is an explicit choice
+		// Every connection is tapped (see Wire); taps copy only for a
+		// request that asks them to.
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			d := *f.dialer
-			if t, ok := ctx.Value(connectTimeoutKey{}).(time.Duration); ok {
-				d.Timeout = t
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
 			}
-			return d.DialContext(ctx, network, addr)
+			return &tapConn{Conn: c}, nil
 		},
-		MaxIdleConns:          idlePerHost * 64,
-		MaxIdleConnsPerHost:   idlePerHost,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		ForceAttemptHTTP2:     true,
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialTLS(ctx, dial, f.roots, network, addr)
+		},
+		MaxIdleConns:           idlePerHost * 64,
+		MaxIdleConnsPerHost:    idlePerHost,
+		IdleConnTimeout:        90 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: maxHeaderBytes,
 	}
 	f.client = &http.Client{
 		Transport: transport,
@@ -148,12 +173,11 @@ func New(idlePerHost int, guard Guard) *Fetcher {
 
 // Get fetches url. It never returns an error: failures are in Response.Err
 // or the status, for Classify to judge.
-func (f *Fetcher) Get(ctx context.Context, url string, o Options) Response {
+func (f *Fetcher) Get(ctx context.Context, url string, o Options) (r Response) {
 	start := time.Now()
 	ctx = context.WithValue(ctx, connectTimeoutKey{}, o.ConnectTimeout)
 	ctx, cancel := context.WithTimeout(ctx, o.RequestTimeout)
 	defer cancel()
-	var r Response
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		r.Err = fmt.Errorf("build request: %w", err)
@@ -161,9 +185,20 @@ func (f *Fetcher) Get(ctx context.Context, url string, o Options) Response {
 	}
 	req.Header.Set("User-Agent", o.UserAgent)
 	req.Header.Set("Accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.5")
-	r.Sent, r.RequestHeader = start, req.Header
+	// Asked for here, not left to the transport, so that the transport
+	// leaves the body as sent: it is decoded below, beside the capture.
+	req.Header.Set("Accept-Encoding", "gzip")
+	r.Sent = start
+	var cp *capture
+	if o.Capture {
+		cp = newCapture(o.MaxBodyBytes + maxHeaderBytes + captureSlack)
+	}
+	complete := false
+	if cp != nil {
+		defer func() { r.Wire = cp.finish(complete) }()
+	}
 	var reached reachedBy
-	req = req.WithContext(httptrace.WithClientTrace(ctx, reached.trace()))
+	req = req.WithContext(httptrace.WithClientTrace(ctx, reached.trace(cp)))
 	resp, err := f.client.Do(req)
 	r.ReachedBy = reached.at()
 	if err != nil {
@@ -171,11 +206,7 @@ func (f *Fetcher) Get(ctx context.Context, url string, o Options) Response {
 		return r
 	}
 	defer resp.Body.Close()
-	r.Status, r.Header, r.Proto, r.Decompressed = resp.StatusCode, resp.Header, resp.Proto, resp.Uncompressed
-	if resp.Uncompressed {
-		r.RequestHeader = req.Header.Clone()
-		r.RequestHeader.Set("Accept-Encoding", "gzip") // the transport's own
-	}
+	r.Status, r.Header = resp.StatusCode, resp.Header
 	r.Location = resp.Header.Get("Location")
 	r.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	if mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type")); err == nil {
@@ -183,14 +214,27 @@ func (f *Fetcher) Get(ctx context.Context, url string, o Options) Response {
 	}
 	h := sha256.New()
 	keep := o.KeepAnyType || o.KeepBody && (r.IsHTML() || r.ContentType == "")
-	var body io.Reader = resp.Body
+	var raw io.Reader = resp.Body
 	var stalled atomic.Bool
 	if o.IdleTimeout > 0 {
 		idle := time.AfterFunc(o.IdleTimeout, func() { stalled.Store(true); cancel() })
 		defer idle.Stop()
-		body = &idleReader{r: resp.Body, timer: idle, after: o.IdleTimeout}
+		raw = &idleReader{r: resp.Body, timer: idle, after: o.IdleTimeout}
+	}
+	body, err := decoded(raw, resp.Header.Get("Content-Encoding"))
+	if err != nil {
+		// A coding this side cannot undo: the bytes are read (for the
+		// archive) but are no document to take links from.
+		body, keep = raw, false
 	}
 	r.Body, r.Length, r.Truncated, err = readCapped(body, o.MaxBodyBytes, h, keep)
+	if err == nil && !r.Truncated {
+		// A decoder may stop at the end of its stream before the body's
+		// own end (the last chunk, bytes after the stream): read on to it,
+		// so the capture holds the whole response.
+		n, derr := io.Copy(io.Discard, io.LimitReader(raw, captureSlack))
+		complete = derr == nil && n < captureSlack
+	}
 	if err != nil && stalled.Load() {
 		err = fmt.Errorf("%w: nothing for %v after %d bytes", ErrStalled, o.IdleTimeout, r.Length)
 	}
@@ -208,6 +252,14 @@ func (f *Fetcher) Get(ctx context.Context, url string, o Options) Response {
 	}
 	return r
 }
+
+const (
+	// maxHeaderBytes bounds a response's header block.
+	maxHeaderBytes = 1 << 20
+	// captureSlack is room in a capture for chunk framing beyond the body
+	// cap; a response that needs more is archived truncated.
+	captureSlack = 64 << 10
+)
 
 // parseRetryAfter reads a Retry-After header: delay-seconds or an
 // HTTP-date.
