@@ -224,16 +224,25 @@ func (c *committer) archive(chunk []settlement) {
 	if c.f.archive == nil {
 		return
 	}
+	var at []int
+	var exs []archive.Exchange
+	var r *rules
 	for i := range chunk {
 		s := &chunk[i]
 		if s.back || s.out.exchange == nil {
 			continue
 		}
-		if err := c.f.archive.Write(*s.out.exchange); err != nil {
-			c.f.log.Warn("archive page; it will be fetched again", "url", s.out.exchange.URL, "error", err)
-			s.back = true
-		}
+		at, exs, r = append(at, i), append(exs, *s.out.exchange), s.it.rules
 		s.out.exchange = nil
+	}
+	if len(exs) == 0 {
+		return
+	}
+	for k, err := range c.f.archiveExchanges(context.WithoutCancel(c.f.life), r, exs) {
+		if err != nil {
+			c.f.log.Warn("archive page; it will be fetched again", "url", exs[k].URL, "error", err)
+			chunk[at[k]].back = true
+		}
 	}
 }
 

@@ -36,7 +36,7 @@ func (f *Fetch) check(ctx context.Context, it *item, h *host) (out outcome, requ
 	if spec.Politeness.IgnoreRobots {
 		return out, true, true
 	}
-	rf, err := f.robots.get(ctx, r, it.batch.key, self.Origin(), h, it.batch.stop)
+	rf, err := f.robots.get(ctx, r, it.batch.key, self.Origin(), h, it.batch.stop, f.archiver())
 	switch {
 	case err == errStopped:
 		return out, false, false
@@ -100,13 +100,29 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 		IdleTimeout:    spec.Timeouts.Idle.D(),
 		MaxBodyBytes:   spec.Limits.MaxBodyBytes,
 		KeepBody:       true,
-		KeepAnyType:    f.archive != nil || r.anyType, // an archive keeps every page, not only HTML
+		KeepAnyType:    r.anyType,
+		Capture:        f.archive != nil, // the archive keeps the bytes as exchanged
 	})
 	requestEnded()
 	f.slots.give(it.batch.key)
 	f.metrics.Response(resp.Status, resp.Length, resp.Duration)
 	h.observe(ctx, &resp, spec.Politeness.MaxRetryAfter.D())
 	h.done()
+
+	// Every answer is archived, failures (404, 503) and pages cut at the
+	// cap too: the archive is of what was exchanged. A page that asks not
+	// to be (header or meta, read below) is kept out, unless the campaign
+	// archives regardless.
+	out.exchange = exchangeOf(self.Linked(), &resp)
+	defer func() {
+		robots := crawl.RobotsTag(resp.Header.Values("X-Robots-Tag"), r.agent)
+		if settled.o.Page != nil {
+			robots = settled.o.Page.Robots
+		}
+		if robots.NoArchive && !spec.Archive.IgnoreNoarchive {
+			settled.exchange = nil
+		}
+	}()
 
 	out.o.Attempted, out.o.Status, out.bytes = true, resp.Status, resp.Length
 	out.requestMs = resp.Duration.Milliseconds()
@@ -137,12 +153,6 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 		return out
 	}
 	out.o.State = store.Fetched
-	if f.archive != nil {
-		out.exchange = &archive.Exchange{
-			URL: self.Linked(), Date: resp.Sent, RequestHeader: resp.RequestHeader,
-			Proto: resp.Proto, Status: resp.Status, Header: resp.Header, Body: resp.Body, Decompressed: resp.Decompressed,
-		}
-	}
 	page := &store.Page{
 		Status: resp.Status, ContentType: resp.ContentType, ContentLength: resp.Length,
 		Digest: resp.Digest, FetchedAt: time.Now(), Duration: resp.Duration,
@@ -150,13 +160,6 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 	out.o.Page = page
 	out.o.Body = r.forProcessors(self, &resp, page.FetchedAt)
 	page.Robots = crawl.RobotsTag(resp.Header.Values("X-Robots-Tag"), r.agent)
-	// A page that asks not to be archived (header or meta, read below) is
-	// kept out of WARC, unless the campaign archives regardless.
-	defer func() {
-		if page.Robots.NoArchive && !spec.Archive.IgnoreNoarchive {
-			settled.exchange = nil
-		}
-	}()
 	if resp.Status >= 300 && resp.Status < 400 && resp.Location != "" {
 		target, err := crawl.Resolve(self, resp.Location)
 		if err != nil {
@@ -217,6 +220,51 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 		}
 	}
 	return out
+}
+
+// exchangeOf is what a response makes for the archive: nil when its bytes
+// were not captured, or the answer broke off (it is retried).
+func exchangeOf(url string, resp *fetch.Response) *archive.Exchange {
+	w := resp.Wire
+	if w == nil || resp.Err != nil || resp.Status == 0 {
+		return nil
+	}
+	return &archive.Exchange{
+		URL: url, Date: resp.Sent, Request: w.Request, Response: w.Response,
+		RemoteIP: w.RemoteIP, Truncated: w.Truncated,
+	}
+}
+
+// archiveExchanges writes a campaign's exchanges to the node's WARC files,
+// the cluster's payload index deciding which payloads are revisits. It
+// returns an error per exchange, nil when written.
+func (f *Fetch) archiveExchanges(ctx context.Context, r *rules, exs []archive.Exchange) []error {
+	c := archive.Campaign{Key: r.key, ID: r.id, Spec: r.spec}
+	errs, indexErr := f.archive.Write(ctx, c, f.store, exs)
+	if indexErr != nil {
+		f.log.Warn("payload index unavailable: payloads archived in full", "campaign", r.id, "error", indexErr)
+	}
+	return errs
+}
+
+// archiver is archiveNow, or nil when the node archives nothing.
+func (f *Fetch) archiver() archiveFunc {
+	if f.archive == nil {
+		return nil
+	}
+	return f.archiveNow
+}
+
+// archiveNow archives an exchange made outside a page's own fetch
+// (robots.txt, sitemaps) as it happens; nothing without an archive.
+func (f *Fetch) archiveNow(ctx context.Context, r *rules, url string, resp *fetch.Response) {
+	ex := exchangeOf(url, resp)
+	if f.archive == nil || ex == nil {
+		return
+	}
+	if err := f.archiveExchanges(ctx, r, []archive.Exchange{*ex})[0]; err != nil {
+		f.log.Warn("archive", "campaign", r.id, "url", url, "error", err)
+	}
 }
 
 // linked is a claimed URL in the form to request: as it was linked (its
@@ -366,6 +414,8 @@ func (s *firsts) first(campaignKey int64, origin string) bool {
 
 // rules is a campaign's compiled spec, cached per node.
 type rules struct {
+	key     int64
+	id      string
 	spec    campaign.Spec
 	scope   *crawl.Scope
 	shardBy crawl.ShardBy
@@ -396,6 +446,10 @@ func (c *rulesCache) get(ctx context.Context, key int64) (*rules, error) {
 	if err != nil {
 		return nil, err
 	}
+	id, err := c.store.CampaignID(ctx, key)
+	if err != nil {
+		return nil, err
+	}
 	scope, err := spec.CompileScope()
 	if err != nil {
 		return nil, err
@@ -405,7 +459,7 @@ func (c *rulesCache) get(ctx context.Context, key int64) (*rules, error) {
 		return nil, err
 	}
 	r = &rules{
-		spec: spec, scope: scope, shardBy: crawl.ShardBy(spec.Scope.ShardBy),
+		key: key, id: id, spec: spec, scope: scope, shardBy: crawl.ShardBy(spec.Scope.ShardBy),
 		agent: crawl.AgentToken(spec.Politeness.UserAgent), loaded: time.Now(),
 		filters: filters, anyType: spec.WantsAnyType(),
 	}

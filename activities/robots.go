@@ -74,8 +74,12 @@ func ttlFor(r *rules, robots *crawl.Robots) time.Duration {
 	return r.spec.Politeness.RobotsTTL.D()
 }
 
-// get returns the origin's robots.txt as fresh as the campaign of r asks.
-func (c *robotsCache) get(ctx context.Context, r *rules, campaignKey int64, origin string, h *host, stop <-chan struct{}) (robotsFetch, error) {
+// archiveFunc archives an exchange of a campaign's as it happens.
+type archiveFunc func(ctx context.Context, r *rules, url string, resp *fetch.Response)
+
+// get returns the origin's robots.txt as fresh as the campaign of r asks;
+// a fetch it makes is archived with archive, in that campaign's files.
+func (c *robotsCache) get(ctx context.Context, r *rules, campaignKey int64, origin string, h *host, stop <-chan struct{}, archive archiveFunc) (robotsFetch, error) {
 	if rf, ok := c.cached(r, origin); ok {
 		return rf, nil
 	}
@@ -83,7 +87,7 @@ func (c *robotsCache) get(ctx context.Context, r *rules, campaignKey int64, orig
 		if rf, ok := c.cached(r, origin); ok {
 			return rf, nil
 		}
-		return c.load(ctx, r, campaignKey, origin, h, stop)
+		return c.load(ctx, r, campaignKey, origin, h, stop, archive)
 	})
 	if err != nil {
 		return robotsFetch{}, err
@@ -119,7 +123,7 @@ func (c *robotsCache) cached(r *rules, origin string) (robotsFetch, bool) {
 	return robotsFetch{}, false
 }
 
-func (c *robotsCache) load(ctx context.Context, r *rules, campaignKey int64, origin string, h *host, stop <-chan struct{}) (robotsFetch, error) {
+func (c *robotsCache) load(ctx context.Context, r *rules, campaignKey int64, origin string, h *host, stop <-chan struct{}, archive archiveFunc) (robotsFetch, error) {
 	stored, ok, err := c.st.Robots(ctx, origin)
 	if err != nil {
 		return robotsFetch{}, err
@@ -141,7 +145,7 @@ func (c *robotsCache) load(ctx context.Context, r *rules, campaignKey int64, ori
 			return c.found(r, origin, robots, time.Now().Add(-stored.Age)), nil
 		}
 	}
-	status, body, refused := c.fetchFile(ctx, r, origin+"/robots.txt", h)
+	status, body, refused := c.fetchFile(ctx, r, origin+"/robots.txt", h, archive)
 	c.slots.give(campaignKey)
 	h.done()
 	if refused != "" {
@@ -185,13 +189,17 @@ const maxRobotsRedirects = 5
 
 // fetchFile GETs a robots.txt, following redirects itself; status 0 means
 // no answer. refused says why, when the failure is one no retry will fix.
-func (c *robotsCache) fetchFile(ctx context.Context, r *rules, url string, h *host) (status int, body []byte, refused string) {
+// Each request it makes is archived, redirects included.
+func (c *robotsCache) fetchFile(ctx context.Context, r *rules, url string, h *host, archive archiveFunc) (status int, body []byte, refused string) {
 	for range maxRobotsRedirects + 1 {
 		resp := c.fetcher.Get(ctx, url, fetch.Options{
 			UserAgent: r.spec.Politeness.UserAgent, ConnectTimeout: r.spec.Timeouts.Connect.D(),
 			RequestTimeout: r.spec.Timeouts.Request.D(), IdleTimeout: r.spec.Timeouts.Idle.D(),
-			MaxBodyBytes: crawl.MaxRobotsBytes, KeepBody: true, KeepAnyType: true,
+			MaxBodyBytes: crawl.MaxRobotsBytes, KeepBody: true, KeepAnyType: true, Capture: archive != nil,
 		})
+		if archive != nil {
+			archive(ctx, r, url, &resp)
+		}
 		h.observe(ctx, &resp, r.spec.Politeness.MaxRetryAfter.D())
 		if resp.Err != nil {
 			if fetch.Classify(&resp, nil) == fetch.Final {

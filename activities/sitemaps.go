@@ -32,8 +32,9 @@ func (f *Fetch) loadSitemaps(ctx context.Context, r *rules, campaignKey int64, r
 		resp := f.fetcher.Get(ctx, loc.String, fetch.Options{
 			UserAgent: r.spec.Politeness.UserAgent, ConnectTimeout: r.spec.Timeouts.Connect.D(),
 			RequestTimeout: r.spec.Timeouts.Request.D(), IdleTimeout: r.spec.Timeouts.Idle.D(),
-			MaxBodyBytes: r.spec.Limits.MaxBodyBytes, KeepBody: true, KeepAnyType: true,
+			MaxBodyBytes: r.spec.Limits.MaxBodyBytes, KeepBody: true, KeepAnyType: true, Capture: f.archive != nil,
 		})
+		f.archiveNow(ctx, r, loc.String, &resp)
 		f.slots.give(campaignKey)
 		h.observe(ctx, &resp, r.spec.Politeness.MaxRetryAfter.D())
 		h.done()
