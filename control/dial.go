@@ -14,11 +14,11 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/spiderpool/spiderpool/config"
 )
@@ -46,7 +46,7 @@ func Dial(ctx context.Context, cfg config.Config, logger *slog.Logger, with ...f
 		if tlsErr := probeTLS(ctx, cfg, opts.ConnectionOptions.TLS, err); tlsErr != nil {
 			err = tlsErr
 		}
-		return nil, fmt.Errorf("cannot reach Temporal at %s: %w", where, silence(ctx, dctx, cfg, err))
+		return nil, fmt.Errorf("cannot reach Temporal at %s: %w%s", where, silence(ctx, dctx, cfg, err), credentialHint(cfg, err))
 	}
 	if _, err := c.WorkflowService().DescribeNamespace(dctx, &workflowservice.DescribeNamespaceRequest{Namespace: cfg.Namespace}); err != nil {
 		c.Close()
@@ -64,7 +64,10 @@ func describe(cfg config.Config) string {
 		b.WriteString(", TLS")
 	}
 	if cfg.Temporal.APIKey != "" {
-		fmt.Fprintf(&b, ", API key from %s", from(cfg.From.Of("api_key")))
+		b.WriteString(", API key")
+		if src := cfg.From.Of("api_key"); src != "" {
+			b.WriteString(" from " + src)
+		}
 	}
 	b.WriteString(")")
 	return b.String()
@@ -72,7 +75,7 @@ func describe(cfg config.Config) string {
 
 // credentialHint says which credentials a server refused.
 func credentialHint(cfg config.Config, err error) string {
-	switch status.Code(err) {
+	switch code(err) {
 	case codes.Unauthenticated, codes.PermissionDenied:
 	default:
 		return ""
@@ -80,7 +83,10 @@ func credentialHint(cfg config.Config, err error) string {
 	if cfg.Temporal.APIKey == "" {
 		return " (no API key given: set TEMPORAL_API_KEY or api_key in the temporal CLI profile)"
 	}
-	return fmt.Sprintf(" (the server refused the API key from %s)", from(cfg.From.Of("api_key")))
+	if src := cfg.From.Of("api_key"); src != "" {
+		return " (the server refused the API key from " + src + ")"
+	}
+	return " (the server refused the API key)"
 }
 
 // silence says so when the server never answered: a blackholed address or
@@ -92,12 +98,16 @@ func silence(ctx, dctx context.Context, cfg config.Config, err error) error {
 		return err
 	}
 	timedOut := errors.Is(dctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) ||
-		status.Code(err) == codes.DeadlineExceeded // the SDK's own timer may fire a moment before dctx's
+		code(err) == codes.DeadlineExceeded // the SDK's own timer may fire a moment before dctx's
 	if ctx.Err() == nil && timedOut {
 		return fmt.Errorf("no answer within %v (--connect-timeout): %w", cfg.ConnectTimeout, err)
 	}
 	return err
 }
+
+// code is the gRPC code of an SDK error, which wraps Temporal's service
+// errors (these carry a status, not a gRPC one).
+func code(err error) codes.Code { return serviceerror.ToStatus(err).Code() }
 
 func from(src string) string {
 	if src == "" {
@@ -132,7 +142,7 @@ const probeBudget = 2 * time.Second
 // same TLS settings, recovers the typed error and says which setting to
 // change. Nil when the handshake is not the cause.
 func probeTLS(ctx context.Context, cfg config.Config, conf *tls.Config, dialErr error) error {
-	if status.Code(dialErr) != codes.Unavailable {
+	if code(dialErr) != codes.Unavailable {
 		return nil // a mute server, a refused namespace: not a handshake
 	}
 	budget := min(probeBudget, cfg.ConnectTimeout)

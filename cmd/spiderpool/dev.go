@@ -215,6 +215,11 @@ func (a *app) runDev(ctx context.Context, weights []float64, ports devPorts, sta
 			config.EnvTemporalAddress+"="+cfg.TemporalAddress,
 			config.EnvNamespace+"="+cfg.Namespace,
 			config.EnvControlQueue+"="+cfg.ControlQueue)
+		if cfg.From.TemporalAddress == "default" {
+			// The dev server started above speaks plain gRPC, whatever TLS
+			// or API key the environment or a temporal CLI profile holds.
+			p.Env = append(p.Env, "TEMPORAL_TLS=false")
+		}
 		p.Stdout, p.Stderr = logFile, logFile
 		devstack.DieWithParent(p, syscall.SIGTERM)
 		if err := p.Start(); err != nil {
