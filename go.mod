@@ -32,6 +32,8 @@ require (
 )
 
 require (
+	github.com/PuerkitoBio/goquery v1.14.0 // indirect
+	github.com/andybalholm/cascadia v1.3.5 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/bits-and-blooms/bitset v1.24.0 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
