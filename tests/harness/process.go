@@ -69,37 +69,51 @@ type NodeProcess struct {
 func (s *Stack) StartNodeProcess(short string, weight float64, extra ...string) *NodeProcess {
 	s.t.Helper()
 	id := s.NodeID(short)
-	logPath := filepath.Join(s.t.TempDir(), id+".log")
+	args := append([]string{"worker", "--node", id, "--weight", strconv.FormatFloat(weight, 'g', -1, 64),
+		"--heartbeat-interval", "1s", "--ttl", "4s", "--allow-private-networks", "--db-conns", "8", "--log-level", "info"}, extra...)
+	p := s.StartCommand(id, exec.Command(Binary(s.t), args...))
+	Eventually(s.t, time.Minute, "node "+id+" to register", func() bool {
+		p.mustRun(s.t)
+		nodes, err := s.Store.Nodes(context.Background(), []string{id})
+		return err == nil && len(nodes) == 1 && nodes[0].Alive
+	})
+	return p
+}
+
+// StartCommand runs cmd as a process of this stack: with its database,
+// Temporal and control queue in the environment, its output in a log, and
+// killed when the test ends. It does not wait for anything.
+func (s *Stack) StartCommand(name string, cmd *exec.Cmd) *NodeProcess {
+	s.t.Helper()
+	logPath := filepath.Join(s.t.TempDir(), name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	args := append([]string{"worker", "--node", id, "--weight", strconv.FormatFloat(weight, 'g', -1, 64),
-		"--heartbeat-interval", "1s", "--ttl", "4s", "--allow-private-networks", "--db-conns", "8", "--log-level", "info"}, extra...)
-	cmd := exec.Command(Binary(s.t), args...)
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(append(os.Environ(),
 		config.EnvDatabaseURL+"="+s.Config.DatabaseURL,
 		config.EnvTemporalAddress+"="+s.Config.TemporalAddress,
-		config.EnvControlQueue+"="+s.Config.ControlQueue)
+		config.EnvControlQueue+"="+s.Config.ControlQueue), cmd.Env...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	devstack.DieWithParent(cmd, syscall.SIGKILL)
 	if err := cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
-	p := &NodeProcess{ID: id, cmd: cmd, done: make(chan error, 1), log: logPath}
+	p := &NodeProcess{ID: name, cmd: cmd, done: make(chan error, 1), log: logPath}
 	go func() { p.done <- cmd.Wait(); logFile.Close() }()
 	s.t.Cleanup(func() { p.Kill() })
-	Eventually(s.t, time.Minute, "node "+id+" to register", func() bool {
-		select {
-		case err := <-p.done:
-			p.done <- err
-			s.t.Fatalf("node %s exited: %v\n%s", id, err, p.Log())
-		default:
-		}
-		nodes, err := s.Store.Nodes(context.Background(), []string{id})
-		return err == nil && len(nodes) == 1 && nodes[0].Alive
-	})
 	return p
+}
+
+// mustRun fails the test if the process has exited.
+func (p *NodeProcess) mustRun(t testing.TB) {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		p.done <- err
+		t.Fatalf("%s exited: %v\n%s", p.ID, err, p.Log())
+	default:
+	}
 }
 
 // PID is the process ID.

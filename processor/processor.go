@@ -1,0 +1,355 @@
+// Package processor is spiderpool's Go API for user code that runs on every
+// page of a campaign, in the manner of Colly's callbacks: register OnHTML
+// and OnPage handlers that return items and links, and Run.
+//
+//	p := processor.New("products")
+//	p.OnHTML("div.product", func(e *processor.Element) error {
+//		return e.Page.Item(map[string]string{"name": e.ChildText(".name"), "price": e.ChildText(".price")})
+//	})
+//	log.Fatal(p.Run(context.Background()))
+//
+// A processor is a Temporal activity: Run polls its task queue (Queue)
+// for batches of pages the campaign sends it, as named in the campaign
+// spec (Spec gives the entry). Temporal retries a batch whose handler
+// fails, with the spec's retry policy; items are stored once per page
+// whatever the number of attempts. The same activity can be written in
+// any Temporal SDK language (see examples/).
+package processor
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/PuerkitoBio/goquery"
+	"github.com/spf13/pflag"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/config"
+	"github.com/spiderpool/spiderpool/control"
+	"github.com/spiderpool/spiderpool/workers"
+)
+
+// QueuePrefix starts the default task queue of a processor.
+const QueuePrefix = "spiderpool.processor."
+
+// Processor holds a processor's handlers. Build it with New, register
+// handlers, then Run it (or Register it on a worker of your own).
+type Processor struct {
+	name  string
+	queue string
+	html  []htmlHandler
+	pages []func(*Page) error
+	log   *slog.Logger
+	// bodies fetches bodies sent by reference.
+	bodies *http.Client
+}
+
+type htmlHandler struct {
+	selector string
+	fn       func(*Element) error
+}
+
+// New returns a processor named name: its activity type, and with the
+// default queue "spiderpool.processor.<name>", its task queue.
+func New(name string) *Processor {
+	return &Processor{
+		name: name, queue: QueuePrefix + name, log: slog.Default(),
+		bodies: &http.Client{Timeout: time.Minute},
+	}
+}
+
+// Queue sets the task queue the processor polls.
+func (p *Processor) Queue(queue string) *Processor { p.queue = queue; return p }
+
+// Logger sets where the processor logs.
+func (p *Processor) Logger(l *slog.Logger) *Processor { p.log = l; return p }
+
+// Name is the processor's activity type.
+func (p *Processor) Name() string { return p.name }
+
+// Spec is the processor's entry for a campaign spec's "processors": its
+// name, task queue and activity type; the other fields take defaults.
+func (p *Processor) Spec() campaign.Processor {
+	return campaign.Processor{Name: p.name, TaskQueue: p.queue, Activity: p.name}
+}
+
+// OnPage registers fn for every page the processor gets, HTML or not.
+func (p *Processor) OnPage(fn func(*Page) error) *Processor {
+	p.pages = append(p.pages, fn)
+	return p
+}
+
+// OnHTML registers fn for every element matching the CSS selector in each
+// HTML page, in document order.
+func (p *Processor) OnHTML(selector string, fn func(*Element) error) *Processor {
+	p.html = append(p.html, htmlHandler{selector: selector, fn: fn})
+	return p
+}
+
+// Page is one page a processor got. Item and Follow add to what the
+// processor returns for it.
+type Page struct {
+	campaign.ProcessPage
+	items []json.RawMessage
+	links []string
+	doc   *goquery.Document
+}
+
+// Item adds one item (anything encoding/json can write as an object).
+func (pg *Page) Item(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("item of %s: %w", pg.URL, err)
+	}
+	if len(b) == 0 || b[0] != '{' {
+		return fmt.Errorf("item of %s: want a JSON object, got %.40s", pg.URL, b)
+	}
+	pg.items = append(pg.items, b)
+	return nil
+}
+
+// Follow adds a URL (absolute, or relative to the page) to the campaign's
+// frontier, under its scope, as a link of this page.
+func (pg *Page) Follow(url string) { pg.links = append(pg.links, url) }
+
+// Document is the page parsed as HTML, or nil when it is not HTML.
+func (pg *Page) Document() *goquery.Document { return pg.doc }
+
+// Element is one element an OnHTML selector matched.
+type Element struct {
+	*goquery.Selection
+	Page *Page
+}
+
+// Text is the element's text, trimmed.
+func (e *Element) Text() string { return strings.TrimSpace(e.Selection.Text()) }
+
+// Attr is the value of the element's attribute, or "".
+func (e *Element) Attr(name string) string { return e.AttrOr(name, "") }
+
+// ChildText is the trimmed text of the element's descendants matching
+// selector.
+func (e *Element) ChildText(selector string) string {
+	return strings.TrimSpace(e.Find(selector).Text())
+}
+
+// ChildAttr is the attribute of the first descendant matching selector.
+func (e *Element) ChildAttr(selector, name string) string {
+	return e.Find(selector).First().AttrOr(name, "")
+}
+
+// Process is the activity: it runs the handlers on each page of a batch.
+// A handler's error (or panic) fails the batch, and Temporal tries it
+// again; PageError fails only its page, at once.
+func (p *Processor) Process(ctx context.Context, req campaign.ProcessRequest) (campaign.ProcessResult, error) {
+	out := campaign.ProcessResult{Pages: make([]campaign.PageResult, 0, len(req.Pages))}
+	for i := range req.Pages {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		pg := &Page{ProcessPage: req.Pages[i]}
+		err := p.page(ctx, pg)
+		var pe *PageError
+		switch {
+		case errors.As(err, &pe):
+			out.Pages = append(out.Pages, campaign.PageResult{Key: pg.Key, Error: pe.Error()})
+			continue
+		case err != nil:
+			return campaign.ProcessResult{}, fmt.Errorf("%s: %w", pg.URL, err)
+		}
+		out.Pages = append(out.Pages, campaign.PageResult{Key: pg.Key, Items: pg.items, Links: pg.links})
+		if activity.IsActivity(ctx) {
+			activity.RecordHeartbeat(ctx, i)
+		}
+	}
+	return out, nil
+}
+
+// PageError fails one page for the processor without failing its batch.
+type PageError struct{ Err error }
+
+func (e *PageError) Error() string { return e.Err.Error() }
+func (e *PageError) Unwrap() error { return e.Err }
+
+func (p *Processor) page(ctx context.Context, pg *Page) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	if pg.Body == nil && pg.BodyRef != nil {
+		if pg.Body, err = p.fetchBody(ctx, pg.BodyRef); err != nil {
+			return err
+		}
+	}
+	for _, fn := range p.pages {
+		if err := fn(pg); err != nil {
+			return err
+		}
+	}
+	if len(p.html) == 0 || !isHTML(pg.ContentType) {
+		return nil
+	}
+	if pg.doc, err = goquery.NewDocumentFromReader(strings.NewReader(string(pg.Body))); err != nil {
+		return &PageError{Err: fmt.Errorf("parse HTML: %w", err)}
+	}
+	for _, h := range p.html {
+		var herr error
+		pg.doc.Find(h.selector).EachWithBreak(func(_ int, s *goquery.Selection) bool {
+			herr = h.fn(&Element{Selection: s, Page: pg})
+			return herr == nil
+		})
+		if herr != nil {
+			return herr
+		}
+	}
+	return nil
+}
+
+func isHTML(contentType string) bool {
+	ct := strings.ToLower(contentType)
+	return strings.HasPrefix(ct, "text/html") || strings.HasPrefix(ct, "application/xhtml+xml")
+}
+
+// fetchBody gets a body sent by reference from the first node that has
+// it, and checks its digest.
+func (p *Processor) fetchBody(ctx context.Context, ref *campaign.BodyRef) ([]byte, error) {
+	var errs []error
+	for _, u := range ref.URLs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		resp, err := p.bodies.Do(req)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			errs = append(errs, fmt.Errorf("GET %s: %s %v", u, resp.Status, err))
+			continue
+		}
+		sum := sha256.Sum256(body)
+		if got := hex.EncodeToString(sum[:]); got != ref.SHA256 {
+			errs = append(errs, fmt.Errorf("GET %s: sha256 %s, want %s", u, got, ref.SHA256))
+			continue
+		}
+		return body, nil
+	}
+	if len(ref.URLs) == 0 {
+		return nil, errors.New("body sent by reference, but no node serves bodies (start nodes with --metrics-addr)")
+	}
+	return nil, fmt.Errorf("body by reference: %w", errors.Join(errs...))
+}
+
+// Register adds the processor's activity to a worker of your own, which
+// must poll the processor's Queue.
+func (p *Processor) Register(w worker.Registry) {
+	w.RegisterActivityWithOptions(p.Process, activity.RegisterOptions{Name: p.name})
+}
+
+// Option changes how Run runs.
+type Option func(*runOptions)
+
+type runOptions struct {
+	client      client.Client
+	node        string
+	weight      float64
+	concurrency int
+}
+
+// WithClient runs on an existing Temporal client instead of dialing one
+// from the environment.
+func WithClient(c client.Client) Option { return func(o *runOptions) { o.client = c } }
+
+// WithNode also runs a spiderpool node with this ID and weight in the
+// process: one binary that both crawls and processes. Its settings come
+// from the environment as for `spiderpool worker` (DATABASE_URL,
+// TEMPORAL_ADDRESS, SPIDERPOOL_* variables).
+func WithNode(id string, weight float64) Option {
+	return func(o *runOptions) { o.node, o.weight = id, weight }
+}
+
+// WithConcurrency caps the batches the processor runs at once (default 4).
+func WithConcurrency(n int) Option { return func(o *runOptions) { o.concurrency = n } }
+
+// Run polls the processor's queue until ctx is done or the process gets
+// SIGINT or SIGTERM. Without WithClient it connects to Temporal as the
+// spiderpool CLI does: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and the rest
+// of the environment (see README).
+func (p *Processor) Run(ctx context.Context, opts ...Option) error {
+	o := runOptions{concurrency: 4}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg, err := fromEnvironment(o.node != "")
+	if err != nil {
+		return err
+	}
+	if o.client == nil {
+		c, err := control.Dial(ctx, cfg, p.log)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		o.client = c
+	}
+	if o.node != "" {
+		cfg.Node.ID, cfg.Node.Weight = o.node, o.weight
+		if err := cfg.ValidateNode(); err != nil {
+			return err
+		}
+		app := workers.Node(cfg, p.log)
+		if err := app.Start(ctx); err != nil {
+			return workers.RootCause(err)
+		}
+		defer app.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // logged by the node
+	}
+	w := worker.New(o.client, p.queue, worker.Options{MaxConcurrentActivityExecutionSize: o.concurrency})
+	p.Register(w)
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("processor %s on %s: %w", p.name, p.queue, err)
+	}
+	p.log.Info("processor running", "processor", p.name, "queue", p.queue)
+	<-ctx.Done()
+	w.Stop()
+	return nil
+}
+
+// fromEnvironment reads the configuration as `spiderpool worker` does,
+// from the environment only.
+func fromEnvironment(node bool) (config.Config, error) {
+	cfg := config.Default()
+	fs := pflag.NewFlagSet("processor", pflag.ContinueOnError)
+	cfg.Flags(fs)
+	if node {
+		cfg.NodeFlags(fs)
+	}
+	if err := fs.Parse(nil); err != nil {
+		return cfg, err
+	}
+	if err := cfg.ApplyEnv(fs); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.Validate()
+}

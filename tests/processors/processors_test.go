@@ -1,0 +1,366 @@
+// Package processors runs campaigns whose pages flow to processors, for
+// real: the Temporal dev server, Postgres, nodes, and processors as their
+// own processes (Go and TypeScript) or in the test (package processor).
+package processors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/api/enums/v1"
+
+	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/processor"
+	"github.com/spiderpool/spiderpool/store"
+	"github.com/spiderpool/spiderpool/tests/harness"
+	"github.com/spiderpool/spiderpool/tests/synthweb"
+)
+
+func TestMain(m *testing.M) { harness.Main(m) }
+
+var bg = context.Background()
+
+// shopWeb serves a shop of pages pages on one loopback host.
+func shopWeb(t *testing.T, pages int, latency time.Duration) (*synthweb.Web, *synthweb.Shop) {
+	t.Helper()
+	shop := synthweb.NewShop(pages)
+	web, err := synthweb.Start(synthweb.Config{
+		Hosts: 1, Pages: 1, Latency: latency,
+		Custom:     map[int]map[string]http.HandlerFunc{0: shop.Site()},
+		ExtraLinks: map[int][]string{0: {synthweb.ShopRoot}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(web.Close)
+	return web, shop
+}
+
+// shopSpec crawls the shop from the root page that links it, with these
+// processors: shop.Pages()+1 pages.
+func shopSpec(web *synthweb.Web, procs ...campaign.Processor) campaign.Spec {
+	return campaign.Spec{
+		Seeds:      []string{web.Seed()},
+		Politeness: campaign.Politeness{MaxConcurrencyPerHost: 8},
+		Processors: procs,
+	}
+}
+
+// productsOn is the spec entry of the example processors, on queue.
+func productsOn(queue string) campaign.Processor {
+	return campaign.Processor{Name: "products", TaskQueue: queue, Activity: "products", BatchSize: 50,
+		Timeout: campaign.Duration(10 * time.Second),
+		Retry:   campaign.ProcessorRetry{InitialInterval: campaign.Duration(200 * time.Millisecond)}}
+}
+
+func run(t *testing.T, s *harness.Stack, id string, spec campaign.Spec, within time.Duration) campaign.Summary {
+	t.Helper()
+	r, err := s.Campaigns.Start(bg, id, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, within)
+	defer cancel()
+	var sum campaign.Summary
+	if err := r.Get(ctx, &sum); err != nil {
+		t.Fatalf("campaign %s: %v", id, err)
+	}
+	return sum
+}
+
+func key(t *testing.T, s *harness.Stack, id string) int64 {
+	t.Helper()
+	k, err := s.Store.CampaignKey(bg, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// items are a campaign's items of one processor, as export writes them.
+func items(t *testing.T, s *harness.Stack, id, proc string) []synthweb.Product {
+	t.Helper()
+	var out []synthweb.Product
+	_, err := s.Store.ExportItems(bg, key(t, s, id), proc, func(it store.Item) error {
+		var p synthweb.Product
+		if err := json.Unmarshal(it.Item, &p); err != nil {
+			return fmt.Errorf("item of %s: %w", it.URL, err)
+		}
+		out = append(out, p)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// equalTruth says how the items differ from the shop's products: each
+// product must be there exactly once, field for field.
+func equalTruth(t *testing.T, shop *synthweb.Shop, got []synthweb.Product) {
+	t.Helper()
+	seen := map[string]int{}
+	want := map[string]synthweb.Product{}
+	for _, p := range shop.Products {
+		want[p.SKU] = p
+	}
+	wrong := 0
+	for _, p := range got {
+		seen[p.SKU]++
+		if w, ok := want[p.SKU]; !ok || w != p {
+			if wrong++; wrong <= 5 {
+				t.Errorf("item %+v, want %+v", p, w)
+			}
+		}
+	}
+	missing, twice := 0, 0
+	for sku := range want {
+		switch n := seen[sku]; {
+		case n == 0:
+			missing++
+		case n > 1:
+			twice++
+		}
+	}
+	if missing > 0 || twice > 0 || wrong > 0 || len(got) != len(shop.Products) {
+		t.Errorf("%d items for %d products: %d missing, %d more than once, %d wrong", len(got), len(shop.Products), missing, twice, wrong)
+	}
+}
+
+func processorStatus(t *testing.T, s *harness.Stack, id string) map[string]store.ProcessorCounts {
+	t.Helper()
+	st, err := s.Store.ProcessorStatus(bg, key(t, s, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestGoProcessorItemsEqualTheShop: acceptance 1 of issue 13. A 2,000
+// page shop crawled with the Go example processor (its own process): the
+// exported items are the shop's products, none missing, none twice.
+func TestGoProcessorItemsEqualTheShop(t *testing.T) {
+	s := harness.NewStack(t)
+	s.StartNode("a", 1)
+	s.StartNode("b", 1)
+	web, shop := shopWeb(t, 2000, 0)
+	queue := s.Name + ".products"
+	cmd := exec.Command(harness.GoBinary(t, "./examples/shop-go"))
+	cmd.Env = []string{"PROCESSOR_QUEUE=" + queue}
+	s.StartCommand("shop-go", cmd)
+
+	sum := run(t, s, "shop-go", shopSpec(web, productsOn(queue)), 5*time.Minute)
+	pages := int64(shop.Pages() + 1)
+	if sum.Fetched != pages {
+		t.Errorf("fetched %d pages, want %d", sum.Fetched, pages)
+	}
+	if missing, dup := web.Tally(); missing != 0 || dup != 0 {
+		t.Errorf("%d pages never requested, %d requested twice", missing, dup)
+	}
+	equalTruth(t, shop, items(t, s, "shop-go", "products"))
+	st := processorStatus(t, s, "shop-go")["products"]
+	if st.Processed != pages || st.Failed != 0 || st.Pending != 0 || st.Leased != 0 {
+		t.Errorf("processor status %+v: want all %d pages processed", st, pages)
+	}
+	if n := bodiesLeft(t, s, "shop-go"); n != 0 {
+		t.Errorf("%d page bodies kept after every page was processed", n)
+	}
+	t.Logf("%d pages, %d items, %d batches", sum.Fetched, st.Items, campaignStatus(t, s, "shop-go").Batches)
+}
+
+// TestFailingProcessorFailsItsPagesAndTheCampaignCompletes: acceptance 4.
+// A processor that always throws: once its retry policy runs out, its
+// pages end failed with the error, and the campaign completes.
+func TestFailingProcessorFailsItsPagesAndTheCampaignCompletes(t *testing.T) {
+	s := harness.NewStack(t)
+	s.StartNode("a", 1)
+	web, shop := shopWeb(t, 200, 0)
+	queue := s.Name + ".broken"
+	boom := errors.New("boom: the processor cannot read this page")
+	p := processor.New("broken").Queue(queue).OnPage(func(*processor.Page) error { return boom })
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, processor.WithClient(s.Client)) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	spec := shopSpec(web, campaign.Processor{Name: "broken", TaskQueue: queue, Activity: "broken", BatchSize: 50,
+		Retry: campaign.ProcessorRetry{MaxAttempts: 3, InitialInterval: campaign.Duration(100 * time.Millisecond)}})
+	sum := run(t, s, "broken", spec, 3*time.Minute)
+	pages := int64(shop.Pages() + 1)
+	if sum.Fetched != pages {
+		t.Errorf("fetched %d pages, want %d", sum.Fetched, pages)
+	}
+	st := processorStatus(t, s, "broken")["broken"]
+	if st.Failed != pages || st.Processed != 0 || st.Items != 0 {
+		t.Errorf("processor status %+v: want all %d pages failed", st, pages)
+	}
+	var failures []string
+	for _, e := range failedErrors(t, s, "broken") {
+		if !contains(e, boom.Error()) {
+			failures = append(failures, e)
+		}
+	}
+	if len(failures) > 0 {
+		t.Errorf("%d failed pages do not carry the processor's error, e.g. %q", len(failures), failures[0])
+	}
+	if got := campaignStatus(t, s, "broken"); got.Failed != pages || got.LastError == "" {
+		t.Errorf("workflow status of the processor: %+v", got)
+	}
+}
+
+// bodiesLeft counts the page bodies still kept for a campaign.
+func bodiesLeft(t *testing.T, s *harness.Stack, id string) int {
+	t.Helper()
+	n := s.Strings(`SELECT count(*)::text FROM page_bodies WHERE campaign = $1`, key(t, s, id))
+	var c int
+	fmt.Sscan(n[0], &c)
+	return c
+}
+
+// failedErrors are the errors of a campaign's failed deliveries.
+func failedErrors(t *testing.T, s *harness.Stack, id string) []string {
+	t.Helper()
+	return s.Strings(`SELECT coalesce(error, '') FROM deliveries WHERE campaign = $1 AND state = 'failed'`, key(t, s, id))
+}
+
+// campaignStatus is the first processor's figures as the workflow's
+// status query reports them.
+func campaignStatus(t *testing.T, s *harness.Stack, id string) campaign.ProcessorCounters {
+	t.Helper()
+	st, err := s.Campaigns.Status(bg, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Processors) == 0 {
+		t.Fatalf("status of %s shows no processor", id)
+	}
+	return st.Processors[0].ProcessorCounters
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestProcessorAndFeedingNodeKilled: acceptance 2. kill -9 the processor's
+// worker mid-campaign (another starts after it), and then a node that
+// fetches the pages it gets. The campaign completes, and the items are
+// still exactly the shop's products.
+func TestProcessorAndFeedingNodeKilled(t *testing.T) {
+	s := harness.NewStack(t)
+	s.StartNodeProcess("a", 1)
+	victim := s.StartNodeProcess("b", 1)
+	web, shop := shopWeb(t, 2000, 10*time.Millisecond)
+	queue := s.Name + ".products"
+	// The example's extraction, 20 ms a page: a batch of 50 takes a
+	// second, so batches are at the processor when it is killed.
+	startProcessor := func(name string) *harness.NodeProcess {
+		cmd := exec.Command(harness.GoBinary(t, "./tests/cmd/shopproc"))
+		cmd.Env = []string{"PROCESSOR_QUEUE=" + queue, "PAGE_DELAY=20ms"}
+		return s.StartCommand(name, cmd)
+	}
+	first := startProcessor("shop-go-1")
+	spec := shopSpec(web, productsOn(queue))
+	spec.Politeness.MaxConcurrencyPerHost = 2
+	spec.Dispatch.HeartbeatTimeout = campaign.Duration(3 * time.Second)
+	spec.Dispatch.LeaseTTL = campaign.Duration(10 * time.Second)
+	r, err := s.Campaigns.Start(bg, "chaos", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(q string) int { // q names the campaign $1 (its ID)
+		var n int
+		fmt.Sscan(s.Strings(q, "chaos")[0], &n)
+		return n
+	}
+	harness.Eventually(t, 2*time.Minute, "300 pages processed, and a batch at the processor", func() bool {
+		return count(`SELECT count(*)::text FROM deliveries WHERE campaign = (SELECT key FROM campaigns WHERE id = $1) AND state = 'done'`) >= 300 &&
+			startedActivities(t, s, "chaos", "products") > 0
+	})
+	if err := first.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	processedAtKill := count(`SELECT count(*)::text FROM deliveries WHERE campaign = (SELECT key FROM campaigns WHERE id = $1) AND state = 'done'`)
+	startProcessor("shop-go-2")
+	harness.Eventually(t, 2*time.Minute, "1,000 pages fetched", func() bool {
+		return count(`SELECT count(*)::text FROM pages WHERE campaign = (SELECT key FROM campaigns WHERE id = $1)`) >= 1000
+	})
+	if err := victim.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	fetchedAtKill := count(`SELECT count(*)::text FROM pages WHERE campaign = (SELECT key FROM campaigns WHERE id = $1)`)
+	ctx, cancel := context.WithTimeout(bg, 5*time.Minute)
+	defer cancel()
+	var sum campaign.Summary
+	if err := r.Get(ctx, &sum); err != nil {
+		t.Fatalf("campaign: %v", err)
+	}
+	equalTruth(t, shop, items(t, s, "chaos", "products"))
+	st := processorStatus(t, s, "chaos")["products"]
+	pages := int64(shop.Pages() + 1)
+	if sum.Fetched != pages || st.Processed != pages || st.Failed != 0 {
+		t.Errorf("fetched %d, processor status %+v: want %d fetched and processed", sum.Fetched, st, pages)
+	}
+	again := retriedBatches(t, s, "chaos", r.GetRunID(), "products")
+	missing, dup := web.Tally()
+	t.Logf("processor killed at %d pages processed, node at %d fetched; %d batches ran again after a lost attempt; "+
+		"%d pages never requested, %d requested twice (at-least-once for the dead node's in-flight URLs)",
+		processedAtKill, fetchedAtKill, again, missing, dup)
+	if missing != 0 {
+		t.Errorf("%d pages never requested", missing)
+	}
+	if again == 0 {
+		t.Errorf("no batch was tried again: the processor was not killed mid-batch, so the test proved nothing")
+	}
+}
+
+// retriedBatches counts the batches of activity type activity, in the
+// campaign's runs from run on, that completed on an attempt after the
+// first.
+func retriedBatches(t *testing.T, s *harness.Stack, id, run, activity string) int {
+	t.Helper()
+	n := 0
+	for run != "" {
+		next := ""
+		types := map[int64]string{}
+		it := s.Client.GetWorkflowHistory(bg, id, run, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			e, err := it.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
+				types[e.GetEventId()] = a.GetActivityType().GetName()
+			}
+			if a := e.GetActivityTaskStartedEventAttributes(); a != nil && a.GetAttempt() > 1 && types[a.GetScheduledEventId()] == activity {
+				n++
+			}
+			if a := e.GetWorkflowExecutionContinuedAsNewEventAttributes(); a != nil {
+				next = a.GetNewExecutionRunId()
+			}
+		}
+		run = next
+	}
+	return n
+}
+
+// startedActivities counts the campaign's activities of a type that a
+// worker has started and not finished.
+func startedActivities(t *testing.T, s *harness.Stack, id, activity string) int {
+	t.Helper()
+	d, err := s.Client.DescribeWorkflowExecution(bg, id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, a := range d.GetPendingActivities() {
+		if a.GetActivityType().GetName() == activity && a.GetState() == enums.PENDING_ACTIVITY_STATE_STARTED {
+			n++
+		}
+	}
+	return n
+}
