@@ -270,7 +270,7 @@ func (c *Config) applyTemporal(fs *pflag.FlagSet) error {
 		prof.TLS = &t // a copy of our own, for the environment and flags to change
 	}
 	prof.GRPCMeta = maps.Clone(prof.GRPCMeta)
-	if err := prof.ApplyEnvVars(nil); err != nil {
+	if err := prof.ApplyEnvVars(environment{}); err != nil {
 		return fmt.Errorf("temporal environment: %w", err)
 	}
 	for _, s := range temporalSettings {
@@ -304,14 +304,29 @@ func (c *Config) applyTemporal(fs *pflag.FlagSet) error {
 	return nil
 }
 
-// envSet says whether environment variable name is set and not empty;
-// name may end in * for a prefix.
+// environment is the process environment as envconfig reads it, but for
+// TEMPORAL_ADDRESS and TEMPORAL_NAMESPACE: spiderpool has always taken
+// those empty as unset, and scripts clear them so.
+type environment struct{}
+
+func (environment) Environ() []string { return os.Environ() }
+
+func (environment) LookupEnv(name string) (string, bool) {
+	v, ok := os.LookupEnv(name)
+	if v == "" && (name == EnvTemporalAddress || name == EnvNamespace) {
+		return "", false
+	}
+	return v, ok
+}
+
+// envSet says whether environment variable name is set, as envconfig
+// sees it; name may end in * for a prefix.
 func envSet(name string) bool {
 	if prefix, ok := strings.CutSuffix(name, "*"); ok {
 		return slices.ContainsFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, prefix) })
 	}
-	v, ok := os.LookupEnv(name)
-	return ok && v != ""
+	_, ok := environment{}.LookupEnv(name)
+	return ok
 }
 
 func cmpOr(v, def string) string {

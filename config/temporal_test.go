@@ -114,6 +114,10 @@ func TestTemporalAddressPrecedence(t *testing.T) {
 	if err != nil || c.TemporalAddress != "default-profile:7233" || c.Namespace != "default" || c.Temporal.TLSOn() {
 		t.Fatalf("default profile: address %q namespace %q TLS %v, err %v", c.TemporalAddress, c.Namespace, c.Temporal.TLSOn(), err)
 	}
+	t.Setenv(EnvTemporalAddress, "") // empty is unset, as it always was
+	if c, _, _ = parseAll(t); c.TemporalAddress != "default-profile:7233" || !strings.HasPrefix(c.From.TemporalAddress, `profile "default"`) {
+		t.Fatalf("empty TEMPORAL_ADDRESS: address %q from %q", c.TemporalAddress, c.From.TemporalAddress)
+	}
 	t.Setenv(EnvTemporalAddress, "env:7233")
 	if c, _, _ = parseAll(t); c.TemporalAddress != "env:7233" || c.From.TemporalAddress != EnvTemporalAddress {
 		t.Fatalf("env: address %q from %q", c.TemporalAddress, c.From.TemporalAddress)
