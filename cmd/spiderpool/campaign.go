@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,17 +21,50 @@ import (
 	"github.com/spiderpool/spiderpool/store"
 )
 
+// openStore connects to Postgres; failing that is exitUnreachable.
 func (a *app) openStore(ctx context.Context) (*store.Store, error) {
-	return store.Connect(ctx, a.cfg)
+	st, err := store.Connect(ctx, a.cfg)
+	return st, unreachableError(err)
 }
 
-// campaigns dials Temporal; close the client when done.
+// campaigns dials Temporal (failing that is exitUnreachable); close the
+// client when done. Postgres is read only should a steering command name a
+// node the campaign does not know (control.Campaigns.Registry).
 func (a *app) campaigns(ctx context.Context) (*control.Campaigns, client.Client, error) {
 	c, err := control.Dial(ctx, a.cfg, a.logger())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, unreachableError(err)
 	}
-	return &control.Campaigns{Client: c, Queue: a.cfg.ControlQueue}, c, nil
+	return &control.Campaigns{Client: c, Queue: a.cfg.ControlQueue, Registry: lazyRegistry{a}}, c, nil
+}
+
+// lazyRegistry connects to Postgres when first asked for nodes, so that
+// commands which do not need it work without it.
+type lazyRegistry struct{ a *app }
+
+func (r lazyRegistry) Nodes(ctx context.Context, only []string) ([]campaign.NodeInfo, error) {
+	st, err := r.a.openStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	return st.Nodes(ctx, only)
+}
+
+// printJSON writes v to standard output as one line of JSON.
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// Started is what `campaign start --json` prints: the campaign and its
+// run, and with --wait how it ended.
+type Started struct {
+	CampaignID string            `json:"campaign_id"`
+	RunID      string            `json:"run_id"`
+	Summary    *campaign.Summary `json:"summary,omitempty"`
+	Error      string            `json:"error,omitempty"`
 }
 
 // withCampaigns makes a command body that runs with a Temporal connection,
@@ -63,6 +97,7 @@ func (a *app) startCmd() *cobra.Command {
 		seeds    []string
 		id       string
 		wait     bool
+		asJSON   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "start [--spec FILE] [--seed URL]... [--id ID] [--wait]",
@@ -80,11 +115,11 @@ The same campaign can be started with the Temporal CLI:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			spec, err := readSpec(specFile, cmd.InOrStdin())
 			if err != nil {
-				return err
+				return usageError(err)
 			}
 			spec.Seeds = append(spec.Seeds, seeds...)
 			if _, err := spec.Normalize(); err != nil {
-				return fmt.Errorf("invalid campaign spec:\n%w", err)
+				return usageError(fmt.Errorf("invalid campaign spec%s:\n%w", source(specFile), err))
 			}
 			if id == "" {
 				id = control.NewCampaignID(time.Now())
@@ -98,14 +133,33 @@ The same campaign can be started with the Temporal CLI:
 			if err != nil {
 				return err
 			}
-			fmt.Printf("started campaign %s (run %s)\n", id, run.GetRunID())
+			out := Started{CampaignID: id, RunID: run.GetRunID()}
+			if !asJSON {
+				fmt.Printf("started campaign %s (run %s)\n", id, run.GetRunID())
+			}
 			if !wait {
+				if asJSON {
+					return printJSON(out)
+				}
 				fmt.Printf("follow it:  spiderpool campaign watch %s\n", id)
 				return nil
 			}
 			var sum campaign.Summary
 			if err := run.Get(cmd.Context(), &sum); err != nil {
-				return fmt.Errorf("campaign %s: %w", id, err)
+				if interrupted(cmd) {
+					fmt.Fprintf(os.Stderr, "stopped waiting; campaign %s goes on (spiderpool campaign watch %s)\n", id, id)
+					return nil
+				}
+				err = campaignEnded(fmt.Errorf("campaign %s: %w", id, err))
+				if asJSON {
+					out.Error = err.Error()
+					_ = printJSON(out)
+				}
+				return err
+			}
+			if asJSON {
+				out.Summary = &sum
+				return printJSON(out)
 			}
 			printSummary(os.Stdout, sum)
 			return nil
@@ -115,9 +169,23 @@ The same campaign can be started with the Temporal CLI:
 	cmd.Flags().StringArrayVar(&seeds, "seed", nil, "seed URL (repeatable)")
 	cmd.Flags().StringVar(&id, "id", "", "campaign ID, which is also its workflow ID (default: generated)")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the campaign to finish and print its summary")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"campaign_id","run_id"} as JSON, with --wait its "summary" too`)
 	return cmd
 }
 
+func source(file string) string {
+	switch file {
+	case "":
+		return ""
+	case "-":
+		return " from standard input"
+	}
+	return " in " + file
+}
+
+// readSpec reads the spec file. Only a file that cannot be read, or is not
+// JSON, is an error here: a spec's field errors are kept in it, for
+// Normalize to report with the rest.
 func readSpec(file string, stdin io.Reader) (campaign.Spec, error) {
 	if file == "" {
 		return campaign.Spec{}, nil
@@ -135,8 +203,9 @@ func readSpec(file string, stdin io.Reader) (campaign.Spec, error) {
 		return campaign.Spec{}, fmt.Errorf("read spec: %w", err)
 	}
 	spec, err := campaign.ParseSpec(b)
-	if err != nil {
-		return spec, fmt.Errorf("invalid campaign spec in %s:\n%w", file, err)
+	var syntax *campaign.SyntaxError
+	if errors.As(err, &syntax) {
+		return spec, fmt.Errorf("invalid campaign spec%s:\n%w", source(file), err)
 	}
 	return spec, nil
 }
@@ -154,7 +223,7 @@ func (a *app) statusCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(os.Stdout).Encode(st)
+				return printJSON(st)
 			}
 			printStatus(os.Stdout, st)
 			return nil
@@ -164,8 +233,21 @@ func (a *app) statusCmd() *cobra.Command {
 	return cmd
 }
 
+// Steered is what the steering commands print with --json: the campaign,
+// what was asked, and the answer (a node's or the campaign's status).
+type Steered struct {
+	CampaignID string               `json:"campaign_id"`
+	Operation  string               `json:"operation"`
+	Node       *campaign.NodeStatus `json:"node,omitempty"`
+	Status     *campaign.Status     `json:"status,omitempty"`
+	// Requeued and Restarted are retry-failed's.
+	Requeued  *int  `json:"requeued,omitempty"`
+	Restarted *bool `json:"restarted,omitempty"`
+}
+
 func (a *app) cancelCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "cancel ID",
 		Short: "Cancel a campaign; batches in flight hand back what they have not fetched",
 		Long: `Cancel a campaign. Batches in flight commit what they fetched and hand back
@@ -180,14 +262,24 @@ Temporal CLI equivalent:
 			if err := cs.Cancel(ctx, args[0]); err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(Steered{CampaignID: args[0], Operation: "cancel"})
+			}
 			fmt.Printf("%s: cancellation requested\n", args[0])
 			return nil
 		}),
 	}
+	jsonFlag(cmd, &asJSON)
+	return cmd
+}
+
+func jsonFlag(cmd *cobra.Command, asJSON *bool) {
+	cmd.Flags().BoolVar(asJSON, "json", false, "print the result as JSON")
 }
 
 func (a *app) retryFailedCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "retry-failed ID",
 		Short: "Re-queue a campaign's failed URLs (attempts reset) and fetch them again",
 		Long: `Re-queue every URL of the campaign that ended failed, with its attempts reset.
@@ -205,6 +297,9 @@ same ID with its stored spec, and fetches only what is pending.`,
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(Steered{CampaignID: args[0], Operation: "retry-failed", Requeued: &n, Restarted: &restarted})
+			}
 			switch {
 			case n == 0:
 				fmt.Printf("%s: no failed URLs\n", args[0])
@@ -216,6 +311,8 @@ same ID with its stored spec, and fetches only what is pending.`,
 			return nil
 		}),
 	}
+	jsonFlag(cmd, &asJSON)
+	return cmd
 }
 
 func weightText(n campaign.NodeStatus) string {

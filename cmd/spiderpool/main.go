@@ -8,6 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -18,11 +21,26 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := newRoot().ExecuteContext(ctx); err != nil {
+	code := run(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// run runs one command line and returns its exit code (see exit.go).
+func run(ctx context.Context, args []string) int {
+	var bodyRan bool
+	root := newRoot()
+	markBodies(root, &bodyRan)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	code := exitCode(err, bodyRan)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "spiderpool:", workers.RootCause(err))
-		os.Exit(1)
+		if code == exitUsage && !bodyRan && cmd != nil {
+			fmt.Fprintf(os.Stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		}
 	}
+	return code
 }
 
 // app carries the configuration every command shares.
@@ -91,7 +109,8 @@ func (a *app) workerCmd() *cobra.Command {
 }
 
 func (a *app) migrateCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply the Postgres schema migrations (nodes also do this at start)",
 		Long: `Apply the schema migrations embedded in this binary (schema/migrations) to the
@@ -109,19 +128,92 @@ this at start too, so it is only needed to prepare a database ahead of them.`,
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printJSON(struct {
+					Database string `json:"database"`
+					Applied  int    `json:"applied"`
+				}{st.Where(), n})
+			}
 			fmt.Printf("%s: %d migration(s) applied, schema up to date\n", st.Where(), n)
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the database and the migrations applied as JSON")
+	return cmd
 }
 
-var version = "dev"
+// version and commit are stamped by the linker (make build, make image,
+// deploy/Dockerfile): -ldflags "-X main.version=v0.3.0 -X main.commit=SHA".
+var version, commit string
+
+// Version is what this binary was built from.
+type Version struct {
+	Version string `json:"version"`
+	Commit  string `json:"commit,omitempty"`
+	// CommitTime and Modified come from Go's own VCS stamp, when the
+	// binary was built in a git checkout.
+	CommitTime string `json:"commit_time,omitempty"`
+	Modified   bool   `json:"modified,omitempty"`
+	Go         string `json:"go"`
+	Platform   string `json:"platform"`
+}
+
+// buildVersion is the linker's stamp, else what Go recorded of the build:
+// the module version (go install ...@v0.3.0) and the VCS revision (go
+// build in a checkout).
+func buildVersion() Version {
+	v := Version{Version: version, Commit: commit, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v.Version = bi.Main.Version
+		}
+		vcs := map[string]string{}
+		for _, s := range bi.Settings {
+			vcs[s.Key] = s.Value
+		}
+		if rev := vcs["vcs.revision"]; rev != "" && (v.Commit == "" || v.Commit == rev) {
+			v.Commit, v.CommitTime, v.Modified = rev, vcs["vcs.time"], vcs["vcs.modified"] == "true"
+		}
+	}
+	if v.Version == "" {
+		v.Version = "dev"
+	}
+	return v
+}
+
+func (v Version) String() string {
+	s := "spiderpool " + v.Version
+	var about []string
+	if v.Commit != "" {
+		about = append(about, "commit "+v.Commit)
+	}
+	if v.CommitTime != "" {
+		about = append(about, v.CommitTime)
+	}
+	if v.Modified {
+		about = append(about, "with uncommitted changes")
+	}
+	if len(about) > 0 {
+		s += " (" + strings.Join(about, ", ") + ")"
+	}
+	return s + " " + v.Go + " " + v.Platform
+}
 
 func versionCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the version",
+		Short: "Print the version and commit this binary was built from",
 		Args:  cobra.NoArgs,
-		Run:   func(*cobra.Command, []string) { fmt.Println("spiderpool", version) },
+		RunE: func(*cobra.Command, []string) error {
+			v := buildVersion()
+			if asJSON {
+				return printJSON(v)
+			}
+			fmt.Println(v)
+			return nil
+		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the version as JSON")
+	return cmd
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -22,7 +21,8 @@ import (
 // listed in `status`. Every ring change is recorded in node_weight_history.
 
 func (a *app) pauseCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "pause ID",
 		Short: "Stop handing out new batches; batches in flight finish",
 		Long: `Pause a campaign: no new batches are leased; those in flight finish and are
@@ -33,17 +33,24 @@ Temporal CLI equivalent:
 		Example: "  spiderpool campaign pause my-crawl",
 		Args:    cobra.ExactArgs(1),
 		RunE: a.withCampaigns(func(ctx context.Context, cs *control.Campaigns, args []string) error {
-			if _, err := cs.Pause(ctx, args[0]); err != nil {
+			st, err := cs.Pause(ctx, args[0])
+			if err != nil {
 				return err
+			}
+			if asJSON {
+				return printJSON(Steered{CampaignID: args[0], Operation: campaign.Pause, Status: &st})
 			}
 			fmt.Printf("%s: paused (batches in flight finish)\n", args[0])
 			return nil
 		}),
 	}
+	jsonFlag(cmd, &asJSON)
+	return cmd
 }
 
 func (a *app) resumeCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "resume ID",
 		Short: "Resume a paused campaign",
 		Long: `Resume a paused campaign.
@@ -53,17 +60,24 @@ Temporal CLI equivalent:
 		Example: "  spiderpool campaign resume my-crawl",
 		Args:    cobra.ExactArgs(1),
 		RunE: a.withCampaigns(func(ctx context.Context, cs *control.Campaigns, args []string) error {
-			if _, err := cs.Resume(ctx, args[0]); err != nil {
+			st, err := cs.Resume(ctx, args[0])
+			if err != nil {
 				return err
+			}
+			if asJSON {
+				return printJSON(Steered{CampaignID: args[0], Operation: campaign.Resume, Status: &st})
 			}
 			fmt.Printf("%s: resumed\n", args[0])
 			return nil
 		}),
 	}
+	jsonFlag(cmd, &asJSON)
+	return cmd
 }
 
 func (a *app) reweightCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "reweight ID NODE WEIGHT",
 		Short: "Set a node's weight in a campaign's ring (0 drains it)",
 		Long: `Set a node's weight in the campaign's ring, overriding the weight it
@@ -74,23 +88,27 @@ Temporal CLI equivalent:
   temporal workflow signal --workflow-id ID --name reweight --input '{"node":"NODE","weight":WEIGHT}'`,
 		Example: "  spiderpool campaign reweight my-crawl node-3 0.5\n  spiderpool campaign reweight my-crawl node-1 2",
 		Args:    cobra.ExactArgs(3),
-		RunE: a.withCampaigns(func(ctx context.Context, cs *control.Campaigns, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			w, err := strconv.ParseFloat(args[2], 64)
 			if err != nil {
-				return fmt.Errorf("weight %q: not a number", args[2])
+				return usageError(fmt.Errorf("weight %q: not a number", args[2]))
 			}
-			ns, err := cs.Reweight(ctx, args[0], args[1], w)
-			if err != nil {
-				return err
+			if err := campaign.ValidWeight("weight", w); err != nil {
+				return usageError(err)
 			}
-			printNodeChange(args[0], ns)
-			return nil
-		}),
+			return a.withCampaigns(func(ctx context.Context, cs *control.Campaigns, args []string) error {
+				ns, err := cs.Reweight(ctx, args[0], args[1], w)
+				return printNodeChange(args[0], campaign.Reweight, ns, err, asJSON)
+			})(cmd, args)
+		},
 	}
+	jsonFlag(cmd, &asJSON)
+	return cmd
 }
 
 func (a *app) drainCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "drain ID NODE",
 		Short: "Send a node no new batches; it finishes those in flight",
 		Long: `Drain a node: it gets no new batches and its hosts move to their next
@@ -103,17 +121,16 @@ Temporal CLI equivalent:
 		Args:    cobra.ExactArgs(2),
 		RunE: a.withCampaigns(func(ctx context.Context, cs *control.Campaigns, args []string) error {
 			ns, err := cs.Drain(ctx, args[0], args[1])
-			if err != nil {
-				return err
-			}
-			printNodeChange(args[0], ns)
-			return nil
+			return printNodeChange(args[0], campaign.Drain, ns, err, asJSON)
 		}),
 	}
+	jsonFlag(cmd, &asJSON)
+	return cmd
 }
 
 func (a *app) undrainCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "undrain ID NODE",
 		Short: "Take a drained node back into the ring",
 		Long: `Undrain a node: it takes back its share of hosts at its weight.
@@ -124,17 +141,23 @@ Temporal CLI equivalent:
 		Args:    cobra.ExactArgs(2),
 		RunE: a.withCampaigns(func(ctx context.Context, cs *control.Campaigns, args []string) error {
 			ns, err := cs.Undrain(ctx, args[0], args[1])
-			if err != nil {
-				return err
-			}
-			printNodeChange(args[0], ns)
-			return nil
+			return printNodeChange(args[0], campaign.Undrain, ns, err, asJSON)
 		}),
 	}
+	jsonFlag(cmd, &asJSON)
+	return cmd
 }
 
-func printNodeChange(id string, ns campaign.NodeStatus) {
+// printNodeChange prints a node update's answer, or passes on its error.
+func printNodeChange(id, op string, ns campaign.NodeStatus, err error, asJSON bool) error {
+	switch {
+	case err != nil:
+		return err
+	case asJSON:
+		return printJSON(Steered{CampaignID: id, Operation: op, Node: &ns})
+	}
 	fmt.Printf("%s: node %s is %s, weight %s\n", id, ns.ID, ns.State, weightText(ns))
+	return nil
 }
 
 func (a *app) listCmd() *cobra.Command {
@@ -160,7 +183,7 @@ Temporal CLI equivalent:
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(os.Stdout).Encode(list)
+				return printJSON(list)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATUS\tFETCHED\tFAILED\tSTARTED\tTOOK")

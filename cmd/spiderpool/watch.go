@@ -17,8 +17,9 @@ import (
 
 func (a *app) watchCmd() *cobra.Command {
 	var (
-		every time.Duration
-		plain bool
+		every  time.Duration
+		plain  bool
+		asJSON bool
 	)
 	cmd := &cobra.Command{
 		Use:   "watch ID",
@@ -26,20 +27,39 @@ func (a *app) watchCmd() *cobra.Command {
 		Long: `Follow a campaign: fetched and known URLs, rate, ETA and a bar per node,
 redrawn in place on a terminal. When standard output is not a terminal (a
 pipe, a log file, CI) or with --plain, it prints one line per interval
-instead. Ctrl-C stops watching; the campaign goes on.
+instead. With --json it prints one JSON object a line: {"status": ...} per
+interval, then {"summary": ...} (or {"error": ...}) at the end.
+
+Ctrl-C stops watching and exits 0; the campaign goes on. A campaign that
+fails or is cancelled exits 4 (see README, "Exit codes").
 
 Temporal CLI equivalent (one look):
   temporal workflow query --workflow-id ID --type status`,
 		Example: "  spiderpool campaign watch my-crawl\n  spiderpool campaign watch my-crawl --every 5s --plain >> crawl.log",
 		Args:    cobra.ExactArgs(1),
 		RunE: a.withCampaigns(func(ctx context.Context, cs *control.Campaigns, args []string) error {
+			id := args[0]
 			w := newWatcher(os.Stdout, time.Now())
 			if plain {
 				w.tty = false
 			}
-			sum, err := control.Watch(ctx, cs, args[0], every, func(st campaign.Status) { w.report(st, time.Now()) })
-			if err != nil {
+			report := func(st campaign.Status) { w.report(st, time.Now()) }
+			if asJSON {
+				report = func(st campaign.Status) { _ = printJSON(WatchLine{Status: &st}) }
+			}
+			sum, err := control.Watch(ctx, cs, id, every, report)
+			switch {
+			case err != nil && ctx.Err() != nil: // Ctrl-C: the campaign is not ours to stop
+				fmt.Fprintf(os.Stderr, "stopped watching; campaign %s goes on\n", id)
+				return nil
+			case err != nil:
+				err = campaignEnded(err)
+				if asJSON {
+					_ = printJSON(WatchLine{CampaignID: id, Error: err.Error()})
+				}
 				return err
+			case asJSON:
+				return printJSON(WatchLine{Summary: &sum})
 			}
 			printSummary(os.Stdout, sum)
 			return nil
@@ -47,7 +67,18 @@ Temporal CLI equivalent (one look):
 	}
 	cmd.Flags().DurationVar(&every, "every", time.Second, "how often to refresh")
 	cmd.Flags().BoolVar(&plain, "plain", false, "print a line per refresh even on a terminal")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON object a line: the status each refresh, then the summary")
 	return cmd
+}
+
+// WatchLine is one line of `campaign watch --json`: exactly one of Status
+// (each refresh), Summary (the campaign completed) or Error (it failed or
+// was cancelled) is set.
+type WatchLine struct {
+	Status     *campaign.Status  `json:"status,omitempty"`
+	Summary    *campaign.Summary `json:"summary,omitempty"`
+	CampaignID string            `json:"campaign_id,omitempty"`
+	Error      string            `json:"error,omitempty"`
 }
 
 // watcher draws a campaign's progress: a frame redrawn in place on a
