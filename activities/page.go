@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/text/encoding"
+
 	"github.com/spiderpool/spiderpool/archive"
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/crawl"
@@ -94,14 +96,15 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 	// fetched again.
 	self := out.self
 	resp := f.fetcher.Get(context.WithoutCancel(ctx), self.Linked(), fetch.Options{
-		UserAgent:      spec.Politeness.UserAgent,
-		ConnectTimeout: spec.Timeouts.Connect.D(),
-		RequestTimeout: spec.Timeouts.Request.D(),
-		IdleTimeout:    spec.Timeouts.Idle.D(),
-		MaxBodyBytes:   spec.Limits.MaxBodyBytes,
-		KeepBody:       true,
-		KeepAnyType:    r.anyType,
-		Capture:        f.archive != nil, // the archive keeps the bytes as exchanged
+		UserAgent:       spec.Politeness.UserAgent,
+		ConnectTimeout:  spec.Timeouts.Connect.D(),
+		RequestTimeout:  spec.Timeouts.Request.D(),
+		IdleTimeout:     spec.Timeouts.Idle.D(),
+		MaxBodyBytes:    spec.Limits.MaxBodyBytes,
+		KeepBody:        true,
+		KeepAnyType:     r.anyType,
+		KeepStylesheets: spec.Scope.Requisites,
+		Capture:         f.archive != nil, // the archive keeps the bytes as exchanged
 	})
 	requestEnded()
 	f.slots.give(it.batch.key)
@@ -167,18 +170,26 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 			return out
 		}
 		page.RedirectTo = target.String
-		// A redirect is not a link hop: same depth, one more redirect.
+		// A redirect is not a link hop: same depth, one more redirect; a
+		// requisite's target is a requisite.
 		if link, ok := f.admit(r, it.batch.key, target, c.Depth, c.Redirects+1, c.ID); ok {
+			link.Kind = c.Kind
 			out.links = append(out.links, link)
 		}
 		return out
 	}
 	page.Canonical = linkHeaderCanonical(self, resp.Header.Values("Link"))
-	if !resp.IsHTML() || len(resp.Body) == 0 {
+	if spec.Scope.Requisites && resp.IsStylesheet() {
+		// A stylesheet's url()s and @imports: fonts, backgrounds, more CSS.
+		seen := map[uint64]bool{self.Fingerprint(): true}
+		out.links = f.requisites(r, it.batch.key, c, self, crawl.CSSURLs(resp.Body, spec.Limits.MaxLinksPerPage), nil, seen, out.links)
 		return out
 	}
+	if c.Kind == store.KindRequisite || !resp.IsHTML() || len(resp.Body) == 0 {
+		return out // a requisite's links are not followed
+	}
 	html := crawl.DecodeHTML(resp.Body, resp.Header.Get("Content-Type"))
-	doc := crawl.ExtractLinks(html.UTF8, spec.Limits.MaxLinksPerPage)
+	doc := crawl.Extract(html.UTF8, crawl.ExtractOptions{MaxLinks: spec.Limits.MaxLinksPerPage, Requisites: spec.Scope.Requisites})
 	page.Title, page.Links, page.Charset = doc.Title, len(doc.Links), html.Charset
 	page.Robots = page.Robots.Merge(doc.For(r.agent))
 	if doc.Truncated {
@@ -197,11 +208,15 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 			page.Canonical = u.Linked()
 		}
 	}
+	seen := make(map[uint64]bool, len(doc.Links)+len(doc.Requisites))
+	seen[self.Fingerprint()] = true
+	// What the page needs to render is no link: a nofollow page has it
+	// fetched too.
+	out.links = f.requisites(r, it.batch.key, c, base, doc.Requisites, html.Encoding, seen, out.links)
 	if page.Robots.NoFollow {
 		return out
 	}
 	followNofollow := spec.Scope.FollowsNofollow()
-	seen := make(map[uint64]bool, len(doc.Links))
 	for i, href := range doc.Links {
 		if doc.RelNoFollow[i] && !followNofollow {
 			continue
@@ -281,6 +296,29 @@ func linked(c store.ClaimedURL) (crawl.URL, error) {
 		return as, nil
 	}
 	return self, nil
+}
+
+// requisites admits what a page (or a stylesheet) at c needs to render,
+// resolved against base: in scope as the page is, at its depth (an embed is
+// no link hop), as frontier rows of kind requisite. seen holds the
+// fingerprints the page has yielded already.
+func (f *Fetch) requisites(r *rules, campaignKey int64, c store.ClaimedURL, base crawl.URL, raws []string, enc encoding.Encoding, seen map[uint64]bool, links []store.NewURL) []store.NewURL {
+	for _, raw := range raws {
+		u, err := crawl.Resolve(base, crawl.EncodeQuery(raw, enc))
+		if err != nil {
+			continue
+		}
+		fp := u.Fingerprint()
+		if seen[fp] {
+			continue
+		}
+		seen[fp] = true
+		if link, ok := f.admit(r, campaignKey, u, c.Depth, 0, c.ID); ok {
+			link.Kind = store.KindRequisite
+			links = append(links, link)
+		}
+	}
+	return links
 }
 
 // linkHeaderCanonical is the target of a Link header's rel="canonical"

@@ -69,6 +69,15 @@ type Scope struct {
 	// marked rel="nofollow" (or ugc, sponsored); false drops them. A page's
 	// own nofollow (meta robots, X-Robots-Tag) is obeyed either way.
 	FollowNofollow *bool `json:"follow_nofollow,omitempty"`
+	// Requisites, off by default, also fetches what each page needs to
+	// render (Heritrix's embeds, wget's -p): images (src and srcset),
+	// stylesheets and the url()s and @imports in them (fonts, backgrounds),
+	// scripts, icons. They are in scope only if this scope takes them (by
+	// host, domain, include and exclude; at their page's depth), obey
+	// robots.txt and politeness like pages, are fetched once per campaign,
+	// and are counted apart from pages (frontier kind "requisite"). Their
+	// own links are not followed.
+	Requisites bool `json:"requisites,omitempty"`
 }
 
 // FollowsNofollow says whether links marked rel="nofollow" are taken.

@@ -29,7 +29,14 @@ type Page struct {
 	// ForAgent are those of <meta name="AGENT"> by lower-case agent token
 	// ("googlebot", "spiderpool"): they apply to that crawler only.
 	ForAgent map[string]Directives
-	// Truncated is set when the page had more than maxLinks links.
+	// Requisites are the raw URLs of what the page needs to render, in
+	// document order, duplicates included (with ExtractOptions.Requisites):
+	// img src and srcset, picture/video sources' srcset, scripts,
+	// stylesheets, icons and preloads, input type=image, video posters,
+	// background attributes, and url() in style attributes and <style>.
+	Requisites []string
+	// Truncated is set when the page had more than maxLinks links (or
+	// requisites).
 	Truncated bool
 }
 
@@ -138,17 +145,44 @@ func relNoFollow(rel string) bool {
 
 const maxTitle = 512
 
-// ExtractLinks tokenises an HTML document and returns its title and links,
-// at most maxLinks of them (0 means no limit). It never fails: broken markup
-// and invalid UTF-8 yield whatever links the tokenizer can see, as a browser
-// would. A streaming tokenizer, not a DOM, keeps it fast and its memory
-// bounded by the largest token.
+// ExtractOptions say what Extract takes from a document.
+type ExtractOptions struct {
+	// MaxLinks caps the links taken, and the requisites (0: no cap).
+	MaxLinks int
+	// Requisites collects Page.Requisites.
+	Requisites bool
+}
+
+// ExtractLinks is Extract of links only, at most maxLinks of them (0 means
+// no limit).
 func ExtractLinks(body []byte, maxLinks int) Page {
+	return Extract(body, ExtractOptions{MaxLinks: maxLinks})
+}
+
+// Extract tokenises an HTML document and returns its title and links, and
+// with o.Requisites what it needs to render. It never fails: broken markup
+// and invalid UTF-8 yield whatever links the tokenizer can see, as a
+// browser would. A streaming tokenizer, not a DOM, keeps it fast and its
+// memory bounded by the largest token.
+func Extract(body []byte, o ExtractOptions) Page {
 	var p Page
+	maxLinks := o.MaxLinks
 	z := html.NewTokenizer(bytes.NewReader(body))
 	z.SetMaxBuf(1 << 20) // a single token longer than 1 MiB ends parsing
-	inTitle := false
+	inTitle, inStyle := false, false
 	var title strings.Builder
+	requisite := func(raw ...string) {
+		for _, r := range raw {
+			if r = strings.TrimSpace(r); r == "" || strings.HasPrefix(strings.ToLower(r), "data:") {
+				continue
+			}
+			if maxLinks > 0 && len(p.Requisites) >= maxLinks {
+				p.Truncated = true
+				return
+			}
+			p.Requisites = append(p.Requisites, r)
+		}
+	}
 	for {
 		tt := z.Next()
 		switch tt {
@@ -159,9 +193,15 @@ func ExtractLinks(body []byte, maxLinks int) Page {
 			if inTitle && title.Len() < maxTitle {
 				title.Write(z.Text())
 			}
+			if inStyle {
+				requisite(CSSURLs(z.Text(), 0)...)
+			}
 		case html.EndTagToken:
-			if name, _ := z.TagName(); atom.Lookup(name) == atom.Title {
+			switch name, _ := z.TagName(); atom.Lookup(name) {
+			case atom.Title:
 				inTitle = false
+			case atom.Style:
+				inStyle = false
 			}
 		case html.StartTagToken, html.SelfClosingTagToken:
 			name, hasAttr := z.TagName()
@@ -170,14 +210,19 @@ func ExtractLinks(body []byte, maxLinks int) Page {
 			case atom.Title:
 				inTitle = p.Title == "" && title.Len() == 0 && tt == html.StartTagToken
 				continue
+			case atom.Style:
+				inStyle = o.Requisites && tt == html.StartTagToken
+				continue
 			case atom.A, atom.Area, atom.Base, atom.Frame, atom.Iframe, atom.Meta, atom.Link:
 			default:
-				continue
+				if !o.Requisites {
+					continue
+				}
 			}
 			if !hasAttr {
 				continue
 			}
-			var href, src, rel, metaName, metaContent string
+			var href, src, rel, metaName, metaContent, srcset, poster, typ, style, background string
 			for {
 				k, v, more := z.TagAttr()
 				switch string(k) {
@@ -191,9 +236,42 @@ func ExtractLinks(body []byte, maxLinks int) Page {
 					metaName = strings.ToLower(string(v))
 				case "content":
 					metaContent = string(v)
+				case "srcset":
+					srcset = string(v)
+				case "poster":
+					poster = string(v)
+				case "type":
+					typ = string(v)
+				case "style":
+					style = string(v)
+				case "background":
+					background = string(v)
 				}
 				if !more {
 					break
+				}
+			}
+			if o.Requisites {
+				switch a {
+				case atom.Img, atom.Source:
+					requisite(src)
+					requisite(Srcset(srcset)...)
+				case atom.Script:
+					requisite(src)
+				case atom.Input:
+					if strings.EqualFold(strings.TrimSpace(typ), "image") {
+						requisite(src)
+					}
+				case atom.Video:
+					requisite(poster)
+				case atom.Link:
+					if isRequisiteLink(rel) {
+						requisite(href)
+					}
+				}
+				requisite(background)
+				if style != "" {
+					requisite(CSSURLs([]byte(style), 0)...)
 				}
 			}
 			var (

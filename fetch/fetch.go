@@ -41,6 +41,9 @@ type Options struct {
 	KeepBody bool
 	// KeepAnyType keeps the body whatever its type (robots.txt, sitemaps).
 	KeepAnyType bool
+	// KeepStylesheets keeps text/css bodies too (page requisites: their
+	// url()s are requisites again).
+	KeepStylesheets bool
 	// Capture keeps the exchange's bytes as sent and received
 	// (Response.Wire), up to MaxBodyBytes of body plus the headers.
 	Capture bool
@@ -115,6 +118,9 @@ func (r *reachedBy) at() time.Time {
 func (r *Response) IsHTML() bool {
 	return r.ContentType == "text/html" || r.ContentType == "application/xhtml+xml"
 }
+
+// IsStylesheet says whether the response is CSS.
+func (r *Response) IsStylesheet() bool { return r.ContentType == "text/css" }
 
 // Fetcher makes requests over one shared transport, so connections to a
 // host are reused across batches and campaigns.
@@ -213,7 +219,7 @@ func (f *Fetcher) Get(ctx context.Context, url string, o Options) (r Response) {
 		r.ContentType = strings.ToLower(mt)
 	}
 	h := sha256.New()
-	keep := o.KeepAnyType || o.KeepBody && (r.IsHTML() || r.ContentType == "")
+	keep := o.KeepAnyType || o.KeepBody && (r.IsHTML() || r.ContentType == "") || o.KeepStylesheets && r.IsStylesheet()
 	var raw io.Reader = resp.Body
 	var stalled atomic.Bool
 	if o.IdleTimeout > 0 {
@@ -242,7 +248,7 @@ func (f *Fetcher) Get(ctx context.Context, url string, o Options) (r Response) {
 		// No Content-Type: sniff it, as browsers do.
 		r.ContentType, _, _ = mime.ParseMediaType(http.DetectContentType(r.Body))
 	}
-	if !r.IsHTML() && !o.KeepAnyType {
+	if !r.IsHTML() && !o.KeepAnyType && !(o.KeepStylesheets && r.IsStylesheet()) {
 		r.Body = nil
 	}
 	r.Digest = "sha256:" + hex.EncodeToString(h.Sum(nil))

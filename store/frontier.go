@@ -39,6 +39,8 @@ type NewURL struct {
 	// ExcludedBecause, when set, records the URL as excluded with this
 	// reason instead of queueing it (a redirect chain past its cap).
 	ExcludedBecause string
+	// Kind is KindPage ("" too) or KindRequisite.
+	Kind string
 }
 
 // foundAs is the found_as column: NULL unless the URL as linked differs
@@ -162,7 +164,9 @@ func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL
 	redirects := make([]int32, len(urls))
 	parent := make([]*int64, len(urls))
 	excluded := make([]*string, len(urls))
+	kind := make([]string, len(urls))
 	for i, u := range urls {
+		kind[i] = u.kind()
 		if u.ExcludedBecause != "" {
 			excluded[i] = &urls[i].ExcludedBecause
 		}
@@ -176,17 +180,17 @@ func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL
 	}
 	rows, err := s.pool.Query(ctx, `
 		INSERT INTO frontier (campaign, fingerprint, url, found_as, host_id, shard_key, depth, redirects, parent_id,
-		                      state, last_error, finished_at)
+		                      state, last_error, finished_at, kind)
 		SELECT $1, l.fp, l.url, l.found, h.id, l.key, l.depth, l.redirects, l.parent,
 		       CASE WHEN l.excluded IS NULL THEN 'pending' ELSE 'excluded' END::url_state, l.excluded,
-		       CASE WHEN l.excluded IS NOT NULL THEN now() END
-		FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[], $8::bigint[], $9::text[])
-		     WITH ORDINALITY AS l(fp, url, found, key, depth, redirects, parent, excluded, ord)
+		       CASE WHEN l.excluded IS NOT NULL THEN now() END, l.kind
+		FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[], $8::bigint[], $9::text[], $10::text[])
+		     WITH ORDINALITY AS l(fp, url, found, key, depth, redirects, parent, excluded, kind, ord)
 		JOIN hosts h ON h.campaign = $1 AND h.shard_key = l.key
 		ORDER BY l.ord
 		ON CONFLICT (campaign, fingerprint) DO NOTHING
 		RETURNING fingerprint`,
-		campaignKey, fps, canon, found, shard, depth, redirects, parent, excluded)
+		campaignKey, fps, canon, found, shard, depth, redirects, parent, excluded, kind)
 	if err != nil {
 		return nil, fmt.Errorf("add URLs: %w", err)
 	}
@@ -465,6 +469,8 @@ type ClaimedURL struct {
 	// Failed, when set, is why the claim ended the URL failed instead of
 	// handing it over: nodes died holding it retry.max_attempts times.
 	Failed string
+	// Kind is what it is fetched as: KindPage or KindRequisite.
+	Kind string
 }
 
 // liveHolder is true of a frontier row f whose holder still renews: its
@@ -510,7 +516,7 @@ func (s *Store) Claim(ctx context.Context, campaignKey, leaseID int64, ids []int
 		WHERE f.id = c.id
 		RETURNING f.id, f.url, coalesce(f.found_as, ''), f.shard_key, f.depth, f.redirects, f.attempts - (c.taken AND NOT c.spent)::int,
 		          (extract(epoch FROM now() - coalesce(f.leased_at, now())) * 1000)::bigint,
-		          CASE WHEN c.spent THEN f.last_error ELSE '' END`,
+		          CASE WHEN c.spent THEN f.last_error ELSE '' END, f.kind`,
 		campaignKey, leaseID, ids, holder, node, ttl.Milliseconds(), campaign.DefaultMaxAttempts)
 	if err != nil {
 		return nil, fmt.Errorf("claim lease %d: %w", leaseID, err)
@@ -520,7 +526,7 @@ func (s *Store) Claim(ctx context.Context, campaignKey, leaseID int64, ids []int
 			c     ClaimedURL
 			ageMs int64
 		)
-		err := r.Scan(&c.ID, &c.URL, &c.FoundAs, &c.ShardKey, &c.Depth, &c.Redirects, &c.Attempts, &ageMs, &c.Failed)
+		err := r.Scan(&c.ID, &c.URL, &c.FoundAs, &c.ShardKey, &c.Depth, &c.Redirects, &c.Attempts, &ageMs, &c.Failed, &c.Kind)
 		c.LeaseAge = time.Duration(ageMs) * time.Millisecond
 		return c, err
 	})
