@@ -520,10 +520,13 @@ func Files(dir string) ([]string, error) {
 	}
 	sort.Strings(out)
 	if len(out) == 0 {
-		return nil, errors.New("no WARC files in " + dir)
+		return nil, fmt.Errorf("%w in %s", ErrNoFiles, dir)
 	}
 	return out, nil
 }
+
+// ErrNoFiles is Files finding none.
+var ErrNoFiles = errors.New("no WARC files")
 
 // ReadDir reads back every record of every WARC file under dir, with
 // gowarc's strict validation (syntax, lengths, digests), and calls fn with

@@ -2,25 +2,32 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/spiderpool/spiderpool/archive"
 	"github.com/spiderpool/spiderpool/store"
 )
 
 func (a *app) exportCmd() *cobra.Command {
 	var (
 		format    string
+		warcDirs  []string
 		all       bool
 		output    string
 		items     bool
 		processor string
 	)
 	cmd := &cobra.Command{
-		Use:   "export ID [--format jsonl] [--all | --items [--processor NAME]] [-o FILE]",
+		Use:   "export ID [--format jsonl|cdxj|wacz] [--all | --items [--processor NAME]] [--warc-dir DIR]... [-o FILE]",
 		Short: "Write a campaign's page records from Postgres, one JSON object a line",
 		Long: `Write the campaign's page records (URL, status, content type, length,
 digest, title, fetch time and duration, node) as JSON Lines, in discovery
@@ -30,15 +37,32 @@ campaign exports in flat memory. Page bodies are in the nodes' WARC files.
 
 --items writes instead the items the campaign's processors returned, one
 {"processor", "url", "item"} object a line, by processor and page;
---processor NAME keeps one processor's.`,
-		Example: "  spiderpool campaign export my-crawl > pages.jsonl\n  spiderpool campaign export shop --items --processor products > products.jsonl\n  spiderpool campaign export my-crawl --all -o frontier.jsonl\n  spiderpool campaign export my-crawl | jq -r 'select(.status >= 400) | .url'",
+--processor NAME keeps one processor's.
+
+--format cdxj writes a CDXJ index of the campaign's WARC files (one line a
+response or revisit record: SURT key, timestamp, URL, type, status,
+digest, file, offset, length), and --format wacz a WACZ package (the WARC
+files, that index, pages.jsonl and datapackage.json with a SHA-256 of each
+file) that replayweb.page and pywb open. Both read the files the nodes
+wrote under each --warc-dir (their --warc-dir, on shared storage, or copies
+of them): DIR/CAMPAIGN/*.warc.gz.`,
+		Example: "  spiderpool campaign export my-crawl > pages.jsonl\n  spiderpool campaign export my-crawl --format wacz --warc-dir /srv/warc -o my-crawl.wacz\n  spiderpool campaign export shop --items --processor products > products.jsonl\n  spiderpool campaign export my-crawl --all -o frontier.jsonl\n  spiderpool campaign export my-crawl | jq -r 'select(.status >= 400) | .url'",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if processor != "" && !items {
 				return fmt.Errorf("--processor %q needs --items", processor)
 			}
-			if format != "jsonl" {
-				return fmt.Errorf("--format %q: only jsonl is supported", format)
+			switch format {
+			case "jsonl":
+			case "cdxj", "wacz":
+				if all || items {
+					return fmt.Errorf("--format %s exports the WARC files: --all and --items are for jsonl", format)
+				}
+				if len(warcDirs) == 0 {
+					return fmt.Errorf("--format %s needs --warc-dir DIR: where the nodes wrote their WARC files", format)
+				}
+			default:
+				return fmt.Errorf("--format %q: jsonl, cdxj or wacz", format)
 			}
 			ctx := cmd.Context()
 			st, err := a.openStore(ctx)
@@ -49,6 +73,9 @@ campaign exports in flat memory. Page bodies are in the nodes' WARC files.
 			key, err := st.CampaignKey(ctx, args[0])
 			if err != nil {
 				return err
+			}
+			if format != "jsonl" {
+				return exportArchive(ctx, st, key, args[0], format, warcDirs, output)
 			}
 			out := os.Stdout
 			if output != "" && output != "-" {
@@ -80,11 +107,78 @@ campaign exports in flat memory. Page bodies are in the nodes' WARC files.
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "jsonl", "output format: jsonl")
+	cmd.Flags().StringVar(&format, "format", "jsonl", "output format: jsonl, cdxj (an index of the WARC files) or wacz (a replayable package)")
+	cmd.Flags().StringArrayVar(&warcDirs, "warc-dir", nil, "with cdxj or wacz: a directory the nodes wrote WARC files to (repeatable)")
 	cmd.Flags().BoolVar(&all, "all", false, "every URL of the frontier, not only fetched pages")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write to FILE instead of standard output")
 	cmd.Flags().BoolVar(&items, "items", false, "the items processors returned, instead of page records")
 	cmd.Flags().StringVar(&processor, "processor", "", "with --items: only this processor's items")
 	cmd.MarkFlagsMutuallyExclusive("all", "items")
 	return cmd
+}
+
+// exportArchive writes the campaign's WARC files under dirs as a CDXJ index
+// or a WACZ package; the pages a WACZ lists are the campaign's fetched
+// HTML pages, as archived.
+func exportArchive(ctx context.Context, st *store.Store, key int64, id, format string, dirs []string, output string) error {
+	var files []string
+	for _, d := range dirs {
+		found, err := archive.Files(archive.CampaignDir(d, id))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, archive.ErrNoFiles) {
+			return fmt.Errorf("export: %w", err)
+		}
+		files = append(files, found...)
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("export: no WARC files of campaign %s under %s", id, strings.Join(dirs, ", "))
+	}
+	out := os.Stdout
+	if output != "" && output != "-" {
+		f, err := os.Create(output)
+		if err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		defer f.Close()
+		out = f
+	}
+	bw := bufio.NewWriterSize(out, 1<<16)
+	var summary string
+	switch format {
+	case "cdxj":
+		entries, err := archive.CDXJ(files, func(f string) string { return filepath.Base(f) })
+		if err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		if err := archive.WriteCDXJ(bw, entries); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		summary = fmt.Sprintf("%d records of %d WARC files", len(entries), len(files))
+	case "wacz":
+		var pages []archive.WACZPage
+		_, err := st.ExportPages(ctx, key, false, func(r store.PageRecord) error {
+			if r.Status >= 200 && r.Status < 300 && (r.ContentType == "text/html" || r.ContentType == "application/xhtml+xml") {
+				u := r.URL
+				if r.FoundAs != "" {
+					u = r.FoundAs // what was requested, and archived
+				}
+				pages = append(pages, archive.WACZPage{URL: u, Title: r.Title})
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		sum, err := archive.WriteWACZ(bw, files, archive.WACZOptions{Title: id, Description: "spiderpool campaign " + id, Pages: pages})
+		if err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		summary = fmt.Sprintf("%d WARC files, %d records, %d pages", sum.Files, sum.Records, sum.Pages)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if output != "" && output != "-" {
+		fmt.Fprintf(os.Stderr, "%s: wrote %s to %s\n", id, summary, output)
+	}
+	return nil
 }
