@@ -1,0 +1,338 @@
+package observability
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+func readYAML(t *testing.T, rel string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(repoFile(t, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", rel, err)
+	}
+}
+
+// yamlDocs reads every document of a multi-document YAML file.
+func yamlDocs(t *testing.T, rel string) []map[string]any {
+	t.Helper()
+	f, err := os.Open(repoFile(t, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dec := yaml.NewDecoder(f)
+	var docs []map[string]any
+	for {
+		var d map[string]any
+		if err := dec.Decode(&d); err != nil {
+			if err.Error() == "EOF" {
+				return docs
+			}
+			t.Fatalf("%s: %v", rel, err)
+		}
+		docs = append(docs, d)
+	}
+}
+
+type composeFile struct {
+	Name     string                    `yaml:"name"`
+	Services map[string]composeService `yaml:"services"`
+	Volumes  map[string]any            `yaml:"volumes"`
+}
+
+type composeService struct {
+	Image       string            `yaml:"image"`
+	Build       any               `yaml:"build"`
+	Command     []string          `yaml:"command"`
+	Environment map[string]string `yaml:"environment"`
+	DependsOn   any               `yaml:"depends_on"`
+	Volumes     []string          `yaml:"volumes"`
+	Ports       []string          `yaml:"ports"`
+}
+
+func (s composeService) dependsOn() []string {
+	switch d := s.DependsOn.(type) {
+	case []any:
+		var out []string
+		for _, v := range d {
+			out = append(out, fmt.Sprint(v))
+		}
+		return out
+	case map[string]any:
+		var out []string
+		for k := range d {
+			out = append(out, k)
+		}
+		return out
+	}
+	return nil
+}
+
+// makeImage is the image `make image` builds by default (IMAGE ?= ...).
+func makeImage(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(repoFile(t, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^IMAGE \?= (\S+)$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("Makefile has no IMAGE ?= default")
+	}
+	return string(m[1])
+}
+
+// TestComposeFile checks docker-compose.yml: with `docker compose config`
+// where an engine's compose plugin is installed, and structurally always
+// (no such plugin on the machines this project's CI runs on): every
+// reference resolves, the nodes run the image the Makefile builds, and
+// Prometheus and Grafana are wired to the nodes and the dashboard.
+func TestComposeFile(t *testing.T) {
+	composeConfig(t)
+
+	var c composeFile
+	readYAML(t, "docker-compose.yml", &c)
+	image := makeImage(t)
+	var nodes []string
+	for name, s := range c.Services {
+		if s.Image == "" && s.Build == nil {
+			t.Errorf("service %s has neither image nor build", name)
+		}
+		if strings.HasSuffix(s.Image, ":latest") || (s.Image != "" && !strings.Contains(strings.TrimPrefix(s.Image, "${"), ":")) {
+			t.Errorf("service %s runs %q: an untagged or latest image", name, s.Image)
+		}
+		for _, d := range s.dependsOn() {
+			if _, ok := c.Services[d]; !ok {
+				t.Errorf("service %s depends on %s, which is not a service", name, d)
+			}
+		}
+		for _, v := range s.Volumes {
+			src, _, _ := strings.Cut(v, ":")
+			if strings.HasPrefix(src, ".") {
+				if _, err := os.Stat(repoFile(t, src)); err != nil {
+					t.Errorf("service %s mounts %s: %v", name, src, err)
+				}
+			} else if _, ok := c.Volumes[src]; !ok {
+				t.Errorf("service %s mounts volume %s, which is not declared", name, src)
+			}
+		}
+		if len(s.Command) > 0 && s.Command[0] == "worker" {
+			nodes = append(nodes, name)
+			if want := "${SPIDERPOOL_IMAGE:-" + image + "}"; s.Image != want {
+				t.Errorf("node %s runs image %q, want %q: the image `make image` builds", name, s.Image, want)
+			}
+			if s.Environment["SPIDERPOOL_METRICS_ADDR"] != ":9090" {
+				t.Errorf("node %s serves metrics on %q, want :9090", name, s.Environment["SPIDERPOOL_METRICS_ADDR"])
+			}
+		}
+	}
+	slices.Sort(nodes)
+	if len(nodes) == 0 {
+		t.Fatal("no node services (command worker ...)")
+	}
+
+	// Prometheus scrapes exactly the nodes.
+	var prom struct {
+		ScrapeConfigs []struct {
+			MetricsPath   string `yaml:"metrics_path"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	readYAML(t, "deploy/prometheus/prometheus.yml", &prom)
+	var targets []string
+	for _, sc := range prom.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			targets = append(targets, st.Targets...)
+		}
+	}
+	var want []string
+	for _, n := range nodes {
+		want = append(want, n+":9090")
+	}
+	slices.Sort(targets)
+	if !slices.Equal(targets, want) {
+		t.Errorf("Prometheus scrapes %q, want the compose nodes %q", targets, want)
+	}
+	if !slices.ContainsFunc(c.Services["prometheus"].Volumes, func(v string) bool {
+		return strings.HasPrefix(v, "./deploy/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml")
+	}) {
+		t.Errorf("the prometheus service does not mount deploy/prometheus/prometheus.yml: %q", c.Services["prometheus"].Volumes)
+	}
+
+	// Grafana: the dashboards folder is where its provider looks, and its
+	// data sources are those the dashboard names.
+	var provider struct {
+		Providers []struct {
+			Options struct {
+				Path string `yaml:"path"`
+			} `yaml:"options"`
+		} `yaml:"providers"`
+	}
+	readYAML(t, "deploy/grafana/provisioning/dashboards/spiderpool.yml", &provider)
+	if len(provider.Providers) != 1 || !slices.Contains(c.Services["grafana"].Volumes, "./deploy/grafana/dashboards:"+provider.Providers[0].Options.Path+":ro") {
+		t.Errorf("Grafana's dashboard provider %+v does not read the mounted deploy/grafana/dashboards (%q)", provider, c.Services["grafana"].Volumes)
+	}
+	var sources struct {
+		Datasources []struct {
+			UID  string `yaml:"uid"`
+			Type string `yaml:"type"`
+			URL  string `yaml:"url"`
+		} `yaml:"datasources"`
+	}
+	readYAML(t, "deploy/grafana/provisioning/datasources/spiderpool.yml", &sources)
+	uids := map[string]string{}
+	for _, ds := range sources.Datasources {
+		uids[ds.UID] = ds.URL
+	}
+	if uids["prometheus"] != "http://prometheus:9090" || uids["postgres"] != "postgres:5432" {
+		t.Errorf("data sources %+v: want prometheus at http://prometheus:9090 and postgres at postgres:5432", sources.Datasources)
+	}
+	for _, svc := range []string{"prometheus", "postgres"} {
+		if _, ok := c.Services[svc]; !ok {
+			t.Errorf("a data source points at service %s, which compose does not run", svc)
+		}
+	}
+}
+
+// composeConfig runs `docker compose config`, where the plugin exists, or
+// the old docker-compose (1.x, which predates the top-level "name").
+func composeConfig(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root := filepath.Dir(repoFile(t, "docker-compose.yml"))
+	if exec.CommandContext(ctx, "docker", "compose", "version").Run() == nil {
+		cmd := exec.CommandContext(ctx, "docker", "compose", "-f", "docker-compose.yml", "config", "--quiet")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("docker compose config: %v\n%s", err, out)
+		}
+		t.Log("docker compose config: valid")
+		return
+	}
+	if _, err := exec.LookPath("docker-compose"); err == nil {
+		b, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(t.TempDir(), "docker-compose.yml")
+		if err := os.WriteFile(tmp, regexp.MustCompile(`(?m)^name: .*$`).ReplaceAll(b, nil), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// Relative paths resolve against the repository, as for the original.
+		cmd := exec.CommandContext(ctx, "docker-compose", "--project-directory", root, "-f", tmp, "config", "--quiet")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("docker-compose config: %v\n%s", err, out)
+		}
+		t.Log("docker-compose (1.x) config: valid, top-level name aside")
+		return
+	}
+	t.Log("no docker compose here: checked structurally only")
+}
+
+// TestKubernetesManifests: the ServiceMonitor selects the nodes' Service
+// and scrapes its metrics port, which is the container's; the nodes run
+// the Makefile's image as non-root.
+func TestKubernetesManifests(t *testing.T) {
+	var service, statefulset map[string]any
+	for _, d := range yamlDocs(t, "deploy/kubernetes/spiderpool.yaml") {
+		switch d["kind"] {
+		case "Service":
+			service = d
+		case "StatefulSet":
+			statefulset = d
+		}
+	}
+	if service == nil || statefulset == nil {
+		t.Fatal("spiderpool.yaml lacks the Service or the StatefulSet")
+	}
+	mons := yamlDocs(t, "deploy/kubernetes/servicemonitor.yaml")
+	if len(mons) != 1 || mons[0]["kind"] != "ServiceMonitor" || mons[0]["apiVersion"] != "monitoring.coreos.com/v1" {
+		t.Fatalf("servicemonitor.yaml: %v", mons)
+	}
+	mon := mons[0]
+	labels := get(service, "metadata", "labels").(map[string]any)
+	for k, v := range get(mon, "spec", "selector", "matchLabels").(map[string]any) {
+		if labels[k] != v {
+			t.Errorf("the ServiceMonitor selects %s=%v; the Service has labels %v", k, v, labels)
+		}
+	}
+	var portNames []string
+	targetPort := map[string]any{}
+	for _, p := range get(service, "spec", "ports").([]any) {
+		p := p.(map[string]any)
+		portNames = append(portNames, fmt.Sprint(p["name"]))
+		targetPort[fmt.Sprint(p["name"])] = p["targetPort"]
+	}
+	container := get(statefulset, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
+	var containerPorts []string
+	for _, p := range container["ports"].([]any) {
+		containerPorts = append(containerPorts, fmt.Sprint(p.(map[string]any)["name"]))
+	}
+	for _, ep := range get(mon, "spec", "endpoints").([]any) {
+		port := fmt.Sprint(ep.(map[string]any)["port"])
+		if !slices.Contains(portNames, port) {
+			t.Errorf("the ServiceMonitor scrapes port %q; the Service has %q", port, portNames)
+		} else if !slices.Contains(containerPorts, fmt.Sprint(targetPort[port])) {
+			t.Errorf("Service port %s targets %v; the container has ports %q", port, targetPort[port], containerPorts)
+		}
+	}
+	if image := makeImage(t); container["image"] != image {
+		t.Errorf("the nodes run image %v, want %s (make image)", container["image"], image)
+	}
+	sc, _ := get(statefulset, "spec", "template", "spec", "securityContext").(map[string]any)
+	if sc["runAsNonRoot"] != true {
+		t.Errorf("the node pods may run as root: securityContext %v", sc)
+	}
+}
+
+func get(m map[string]any, path ...string) any {
+	var v any = m
+	for _, p := range path {
+		mm, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = mm[p]
+	}
+	return v
+}
+
+// TestImageRunsAsNonRootWithVersion reads deploy/Dockerfile: its image is
+// distroless :nonroot, runs as that user, and stamps the version.
+func TestImageRunsAsNonRootWithVersion(t *testing.T) {
+	b, err := os.ReadFile(repoFile(t, "deploy/Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	froms := regexp.MustCompile(`(?m)^FROM (\S+)`).FindAllSubmatch(b, -1)
+	if len(froms) == 0 || !strings.HasSuffix(string(froms[len(froms)-1][1]), ":nonroot") {
+		t.Errorf("the final stage is not a :nonroot image: %q", froms)
+	}
+	users := regexp.MustCompile(`(?m)^USER (\S+)`).FindAllSubmatch(b, -1)
+	if len(users) == 0 || (string(users[len(users)-1][1]) != "65532:65532" && string(users[len(users)-1][1]) != "nonroot:nonroot") {
+		t.Errorf("the image's user is not nonroot: %q", users)
+	}
+	for _, want := range []string{"-X main.version=${VERSION}", "-X main.commit=${COMMIT}"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("the Dockerfile's build does not stamp %s", want)
+		}
+	}
+}
