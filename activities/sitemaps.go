@@ -34,10 +34,10 @@ func (f *Fetch) loadSitemaps(ctx context.Context, r *rules, campaignKey int64, r
 			RequestTimeout: r.spec.Timeouts.Request.D(), IdleTimeout: r.spec.Timeouts.Idle.D(),
 			MaxBodyBytes: r.spec.Limits.MaxBodyBytes, KeepBody: true, KeepAnyType: true, Capture: f.archive != nil,
 		})
-		f.archiveNow(ctx, r, loc.String, &resp)
 		f.slots.give(campaignKey)
 		h.observe(ctx, &resp, r.spec.Politeness.MaxRetryAfter.D())
 		h.done()
+		f.archiveNow(ctx, r, loc.String, &resp)
 		if resp.Err != nil || resp.Status != 200 {
 			f.log.Info("sitemap not read", "sitemap", loc.String, "status", resp.Status, "error", resp.Err)
 			continue
