@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"go.temporal.io/api/enums/v1"
 
 	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/devstack"
 	"github.com/spiderpool/spiderpool/processor"
 	"github.com/spiderpool/spiderpool/store"
 	"github.com/spiderpool/spiderpool/tests/harness"
@@ -363,4 +366,54 @@ func startedActivities(t *testing.T, s *harness.Stack, id, activity string) int 
 		}
 	}
 	return n
+}
+
+// TestTypeScriptProcessorMatchesGo: acceptance 3. The shop example's
+// processor written in TypeScript (examples/shop-ts, the Temporal
+// TypeScript SDK from npm) produces the same items on the same shop.
+func TestTypeScriptProcessorMatchesGo(t *testing.T) {
+	dir := filepath.Join(repoRoot(t), "examples", "shop-ts")
+	npm := func(args ...string) time.Duration {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(bg, 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "npm", args...)
+		cmd.Dir = dir
+		began := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm %s in %s (Node.js 20 and npm are needed): %v\n%s", strings.Join(args, " "), dir, err, out)
+		}
+		return time.Since(began)
+	}
+	installed := time.Duration(0)
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@temporalio", "worker")); err != nil {
+		installed = npm("ci", "--no-audit", "--no-fund")
+	}
+	built := npm("run", "build")
+	t.Logf("npm ci: %v (0: node_modules was there), tsc: %v", installed.Round(time.Millisecond), built.Round(time.Millisecond))
+
+	s := harness.NewStack(t)
+	s.StartNode("a", 1)
+	s.StartNode("b", 1)
+	web, shop := shopWeb(t, 2000, 0)
+	queue := s.Name + ".products-ts"
+	cmd := exec.Command("node", filepath.Join(dir, "lib", "worker.js"))
+	cmd.Env = []string{"PROCESSOR_QUEUE=" + queue}
+	s.StartCommand("shop-ts", cmd)
+
+	sum := run(t, s, "shop-ts", shopSpec(web, productsOn(queue)), 5*time.Minute)
+	equalTruth(t, shop, items(t, s, "shop-ts", "products"))
+	st := processorStatus(t, s, "shop-ts")["products"]
+	if pages := int64(shop.Pages() + 1); sum.Fetched != pages || st.Processed != pages || st.Failed != 0 {
+		t.Errorf("fetched %d, processor status %+v: want %d fetched and processed", sum.Fetched, st, pages)
+	}
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := devstack.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
 }
