@@ -25,7 +25,7 @@ ENGINE ?= $(shell command -v docker || command -v podman)
 UNIT_PKGS := ./ring/... ./campaign/... ./crawl/... ./fetch/... ./workflows/... ./config/... ./activities/... ./store/... \
 	./archive/... ./metrics/... ./control/... ./cmd/... ./workers/... ./devstack/... ./schema/...
 
-.PHONY: help tools postgres build image cross test test-unit test-integration demo dev histories fuzz vet clean bench bench-scale bench-polite bench-frontier
+.PHONY: help tools postgres build image cross test test-unit test-integration test-tools demo dev histories fuzz vet clean bench bench-scale bench-polite bench-frontier
 
 help:
 	@echo "make demo   - run the local stack and crawl the bundled synthetic web"
@@ -40,6 +40,17 @@ help:
 	@echo "make bench-frontier - plans and latency of a lease and an idle poll over a 10M-row frontier; writes docs/scale-10m.txt"
 
 tools: $(BIN)/temporal postgres
+
+# What the tests need beyond tools: Node.js and npm (the TypeScript
+# processor example, warcio.js) and Chromium (the WACZ replay test).
+test-tools:
+	@missing=""; \
+	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	echo "installing Debian packages:$$missing"; \
+	$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null
 
 # The Temporal CLI whose dev server we develop against. Later versions carry
 # a replace directive and cannot be go-installed.
@@ -77,7 +88,7 @@ cross:
 	for p in $(CROSS); do GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build ./... || exit 1; done
 	GOOS=darwin GOARCH=arm64 $(GO) vet $$($(GO) list ./... | grep -v '/tests/integration$$')
 
-test: tools vet cross test-unit test-integration
+test: tools test-tools vet cross test-unit test-integration
 
 test-unit:
 	$(GO) test -race -count=1 $(UNIT_PKGS)

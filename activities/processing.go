@@ -221,8 +221,14 @@ func (r *rules) forProcessors(self crawl.URL, resp *fetch.Response, at time.Time
 	if len(names) == 0 {
 		return nil
 	}
+	// The body a processor gets is decoded: the headers that describe the
+	// bytes on the wire (kept as received, for the archive) would lie.
+	header := resp.Header.Clone()
+	for _, h := range []string{"Content-Encoding", "Content-Length", "Transfer-Encoding"} {
+		header.Del(h)
+	}
 	return &store.PageBody{
-		Processors: names, FinalURL: self.Linked(), Status: resp.Status, Header: resp.Header,
+		Processors: names, FinalURL: self.Linked(), Status: resp.Status, Header: header,
 		ContentType: resp.Header.Get("Content-Type"), FetchedAt: at, Body: resp.Body,
 	}
 }

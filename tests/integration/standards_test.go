@@ -203,7 +203,7 @@ func warcTargets(t *testing.T, dir string) map[string]bool {
 		if len(problems) > 0 {
 			t.Errorf("%s: %v", file, problems)
 		}
-		if wr.Type() == gowarc.Response {
+		if wr.Type() == gowarc.Response || wr.Type() == gowarc.Revisit {
 			out[wr.WarcHeader().Get(gowarc.WarcTargetURI)] = true
 		}
 		return nil
