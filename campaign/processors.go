@@ -43,7 +43,7 @@ type Processor struct {
 	MaxPending int `json:"max_pending"`
 	// InlineBodyLimit is the largest body sent inside the request; a
 	// larger one is sent by reference (Page.BodyRef). Default 256 KiB,
-	// at most 1 MiB: Temporal's payload limit is 2 MiB per batch.
+	// at most 512 KiB, the most a batch carries inline.
 	InlineBodyLimit int64 `json:"inline_body_limit"`
 	// Timeout bounds one attempt of a batch (StartToClose). Default 1m.
 	Timeout Duration `json:"timeout"`
@@ -70,10 +70,12 @@ const (
 	DefaultProcessorWindow     = 4
 	DefaultProcessorMaxPending = 2000
 	DefaultInlineBodyLimit     = 256 << 10
-	MaxInlineBodyLimit         = 1 << 20
-	// MaxInlineBatchBytes caps the bodies inline in one batch: with
-	// headers and envelope a batch stays well under Temporal's 2 MiB.
-	MaxInlineBatchBytes = 3 << 19
+	MaxInlineBodyLimit         = 512 << 10
+	// MaxInlineBatchBytes caps the bodies inline in one batch. A batch's
+	// bodies are in the campaign's history twice (the lease's result, the
+	// processor's input), and the workflow holds each of its tasks to a
+	// budget (see workflows), well under the 4 MiB a task may send.
+	MaxInlineBatchBytes = 512 << 10
 )
 
 var processorName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)

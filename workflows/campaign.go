@@ -178,6 +178,12 @@ type dispatcher struct {
 	// frontierLeases counts the frontier leases that completed.
 	procs          []*processor
 	frontierLeases int64
+	// taskAt, taskBytes: the workflow task (by its history length) and
+	// the processor payload bytes it has added; taskTimer: a timer to a
+	// later task is set (see payloadRoom).
+	taskAt    int
+	taskBytes int
+	taskTimer bool
 }
 
 // batch is one FetchBatch in flight.

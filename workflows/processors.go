@@ -15,6 +15,12 @@ import (
 // Runs before it never deliver; a spec with processors needs it.
 const processorsChange = "processors"
 
+// taskPayloadBudget bounds the payload bytes (lease results, processor
+// inputs, results to store) the processors add in one workflow task: the
+// task's completion carries them all, and the server takes at most 4 MiB.
+// Past it, leasing waits for the next task.
+const taskPayloadBudget = 2 << 20
+
 // processorCooldown is how long a processor's leasing rests after a lease
 // call failed (Postgres away).
 const processorCooldown = 5 * time.Second
@@ -116,6 +122,10 @@ func (d *dispatcher) processorBacklog() string {
 func (d *dispatcher) deliver() {
 	now := workflow.Now(d.ctx)
 	for _, p := range d.procs {
+		if !d.payloadRoom() {
+			d.nextTask()
+			return
+		}
 		if p.dry && d.frontierSettled() && p.dryAt != d.frontierLeases {
 			p.dry = false // the crawl looks done: one more look, after it
 		}
@@ -142,6 +152,7 @@ func (d *dispatcher) leaseFor(p *processor) {
 		}
 		p.reset = false
 		p.counters.Waiting = lease.Waiting
+		d.spend(2 * leaseBytes(lease)) // the lease's result, and the processor's input
 		if len(lease.IDs) == 0 {
 			p.dry, p.dryAt = true, started
 			return
@@ -185,6 +196,7 @@ func (d *dispatcher) process(p *processor, lease campaign.DeliveryLease) {
 			req.Error = processorError(err)
 		} else {
 			req.Result = &result
+			d.spend(resultBytes(result))
 		}
 		d.storeProcessed(p, req)
 	})
@@ -246,4 +258,58 @@ func (d *dispatcher) processorStatus() []campaign.ProcessorStatus {
 // wakeAt wakes the loop after wait, once.
 func (d *dispatcher) wakeAt(wait time.Duration) {
 	d.sel.AddFuture(workflow.NewTimer(d.ctx, wait), func(workflow.Future) {})
+}
+
+// payloadRoom says whether the current workflow task has room for more
+// processor payloads. A task is known by the history length at its start,
+// which replay sees the same.
+func (d *dispatcher) payloadRoom() bool {
+	if at := workflow.GetInfo(d.ctx).GetCurrentHistoryLength(); at != d.taskAt {
+		d.taskAt, d.taskBytes = at, 0
+	}
+	return d.taskBytes < taskPayloadBudget
+}
+
+func (d *dispatcher) spend(n int) {
+	d.payloadRoom() // a new task starts from zero
+	d.taskBytes += n
+}
+
+// nextTask makes sure the loop runs again in a later workflow task.
+func (d *dispatcher) nextTask() {
+	if d.taskTimer {
+		return
+	}
+	d.taskTimer = true
+	d.sel.AddFuture(workflow.NewTimer(d.ctx, time.Millisecond), func(workflow.Future) { d.taskTimer = false })
+}
+
+// leaseBytes is about what a lease weighs as a payload.
+func leaseBytes(l campaign.DeliveryLease) int {
+	n := 0
+	for _, p := range l.Request.Pages {
+		n += 512 + len(p.Body)*4/3 + len(p.URL) + len(p.FinalURL) // base64 bodies, headers
+		for k, vs := range p.Headers {
+			n += len(k)
+			for _, v := range vs {
+				n += len(v)
+			}
+		}
+	}
+	return n
+}
+
+// resultBytes is about what a processor's result weighs.
+func resultBytes(r campaign.ProcessResult) int {
+	n := 0
+	for _, p := range r.Pages {
+		n += 64 + len(p.Key) + len(p.Error)
+		for _, it := range p.Items {
+			n += len(it)
+		}
+		for _, l := range p.Links {
+			n += len(l) + 3
+		}
+	}
+	return n
 }
