@@ -352,6 +352,15 @@ func printStatus(w io.Writer, st campaign.Status) {
 			n.InflightURLs, n.InflightBatches, n.BatchesSent, n.Fetched, n.Failed)
 	}
 	_ = tw.Flush()
+	if len(st.Processors) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "PROCESSOR\tPROCESSED\tITEMS\tWAITING\tIN FLIGHT\tFAILED\tLAST ERROR")
+		for _, p := range st.Processors {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Name, p.Processed, p.Items, p.Waiting, p.InFlight, p.Failed, p.LastError)
+		}
+		_ = tw.Flush()
+	}
 	for _, r := range st.Rejected {
 		fmt.Fprintf(w, "rejected signal: %s\n", r)
 	}

@@ -177,6 +177,10 @@ func renderFrame(st campaign.Status, p progress, elapsed time.Duration, width in
 		lines = append(lines, fmt.Sprintf("  %-*s %-9s w%-5s %s %3.0f%%  %d fetched  %d in flight",
 			idW, n.ID, n.State, weightText(n), bar(share, barW/2), 100*share, n.Fetched, n.InflightURLs))
 	}
+	for _, p := range st.Processors {
+		lines = append(lines, fmt.Sprintf("  processor %s: %d processed, %d items, %d waiting, %d in flight, %d failed",
+			p.Name, p.Processed, p.Items, p.Waiting, p.InFlight, p.Failed))
+	}
 	for _, r := range st.Rejected {
 		lines = append(lines, "rejected signal: "+r)
 	}
