@@ -36,7 +36,7 @@ func (c *Control) LeaseDeliveries(ctx context.Context, req campaign.DeliveryLeas
 			return campaign.DeliveryLease{}, err
 		}
 	}
-	lease, err := c.Store.LeaseDeliveries(ctx, req.CampaignKey, p.Name, p.BatchSize, p.InlineBodyLimit,
+	lease, err := c.Store.LeaseDeliveries(ctx, req.CampaignKey, p.Name, req.Lease, p.BatchSize, p.InlineBodyLimit,
 		campaign.MaxInlineBatchBytes, p.MaxPending+1)
 	if err != nil {
 		return campaign.DeliveryLease{}, err

@@ -31,11 +31,17 @@ type compareRun struct {
 	Pairs       []benchPair `json:"pairs"`
 	// Ratio is median(spiderpool pages/s) / median(Colly pages/s).
 	Ratio float64 `json:"ratio"`
+	// ProcessorRatio is median(spiderpool with a no-op processor pages/s)
+	// / median(spiderpool pages/s), measured in the same pairs.
+	ProcessorRatio float64 `json:"processor_ratio,omitempty"`
 }
 
 type benchPair struct {
 	Spiderpool measured `json:"spiderpool"`
 	Colly      measured `json:"colly"`
+	// WithProcessor is spiderpool with every page also sent to a no-op
+	// processor.
+	WithProcessor *measured `json:"with_processor,omitempty"`
 }
 
 type measured struct {
@@ -104,6 +110,7 @@ func runCompare(args []string) error {
 	conc := fs.Int("concurrency", 16, "requests in flight per spiderpool node; Colly gets nodes x this")
 	bin := fs.String("spiderpool", "../bin/spiderpool", "the spiderpool binary")
 	out := fs.String("out", "results.json", "results file")
+	withProc := fs.Bool("processor", true, "also crawl with a no-op processor in each pair")
 	fs.Parse(args)
 
 	web, err := startWeb(wf)
@@ -117,12 +124,12 @@ func runCompare(args []string) error {
 	}
 	defer st.stop()
 	cr := &compareRun{Pages: wf.pages, Hosts: wf.hosts, Links: wf.links, Parallelism: *nodes * *conc}
-	var sp, co []float64
+	var sp, co, pr []float64
 	for i := range *pairs {
 		if err := web.reset(); err != nil {
 			return err
 		}
-		s, err := st.crawl(web.seed, 64)
+		s, err := st.crawl(web.seed, 64, false)
 		if err != nil {
 			return fmt.Errorf("spiderpool run %d: %w", i+1, err)
 		}
@@ -148,11 +155,34 @@ func runCompare(args []string) error {
 		pair.Colly = measure(c, stats)
 		fmt.Printf("pair %d  colly      %8.0f pages/s  %6d pages  %5d duplicates  %3d missed  %6.0f MiB RSS\n",
 			i+1, pair.Colly.PagesPerSecond, c.Pages, stats.Duplicates, stats.Missing, c.PeakRSSMB)
+		if *withProc {
+			if err := web.reset(); err != nil {
+				return err
+			}
+			p, err := st.crawl(web.seed, 64, true)
+			if err != nil {
+				return fmt.Errorf("spiderpool with a processor, run %d: %w", i+1, err)
+			}
+			if stats, err = web.stats(); err != nil {
+				return err
+			}
+			m := measure(p.crawlResult, stats)
+			m.Runs, m.MaxHistoryEvents = p.Runs, p.MaxHistoryEvents
+			pair.WithProcessor = &m
+			pr = append(pr, m.PagesPerSecond)
+			fmt.Printf("pair %d  +processor %8.0f pages/s  %6d pages  %5d duplicates  %3d missed  %6.0f MiB RSS  %d run(s), max %d events\n",
+				i+1, m.PagesPerSecond, p.Pages, stats.Duplicates, stats.Missing, p.PeakRSSMB, p.Runs, p.MaxHistoryEvents)
+		}
 		cr.Pairs = append(cr.Pairs, pair)
 		sp, co = append(sp, pair.Spiderpool.PagesPerSecond), append(co, pair.Colly.PagesPerSecond)
 	}
 	cr.Ratio = median(sp) / median(co)
 	fmt.Printf("\nmedian pages/s: spiderpool %.0f, Colly %.0f; spiderpool/Colly = %.2f\n", median(sp), median(co), cr.Ratio)
+	if len(pr) > 0 {
+		cr.ProcessorRatio = median(pr) / median(sp)
+		fmt.Printf("median pages/s with a no-op processor (batch %d, window %d): %.0f; with/without = %.2f\n",
+			noopProcessor.BatchSize, noopProcessor.Window, median(pr), cr.ProcessorRatio)
+	}
 	r := loadResults(*out)
 	r.Compare = cr
 	return saveResults(*out, r)
@@ -184,7 +214,7 @@ func runScale(args []string) error {
 		if err != nil {
 			return err
 		}
-		s, err := st.crawl(web.seed, 64)
+		s, err := st.crawl(web.seed, 64, false)
 		if err != nil {
 			web.stop()
 			return fmt.Errorf("spiderpool at %d pages: %w", n, err)

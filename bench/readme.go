@@ -32,6 +32,15 @@ func readme(args []string) error {
 				p.Colly.PagesPerSecond, p.Colly.Duplicates, p.Colly.PeakRSSMB)
 		}
 		fmt.Fprintf(&b, "\nspiderpool/Colly pages/s, medians: **%.2f**.\n\n", c.Ratio)
+		if c.ProcessorRatio > 0 {
+			b.WriteString("**With a processor**: the same crawl with every page also sent to a no-op processor (batch 200, window 8), in the same pairs.\n\n| pair | spiderpool pages/s | with the processor | duplicates |\n|---|---|---|---|\n")
+			for i, p := range c.Pairs {
+				if w := p.WithProcessor; w != nil {
+					fmt.Fprintf(&b, "| %d | %.0f | %.0f | %d |\n", i+1, p.Spiderpool.PagesPerSecond, w.PagesPerSecond, w.Duplicates)
+				}
+			}
+			fmt.Fprintf(&b, "\nwith/without, medians: **%.2f**.\n\n", c.ProcessorRatio)
+		}
 	}
 	if len(r.Scale) > 0 {
 		b.WriteString("**Scaling** (spiderpool alone, same settings):\n\n| pages | pages/s | vs smallest | peak RSS (3 nodes) | workflow runs | most events in a run | duplicates |\n|---|---|---|---|---|---|---|\n")

@@ -19,6 +19,7 @@ import (
 	"github.com/spiderpool/spiderpool/config"
 	"github.com/spiderpool/spiderpool/control"
 	"github.com/spiderpool/spiderpool/devstack"
+	"github.com/spiderpool/spiderpool/processor"
 	"github.com/spiderpool/spiderpool/store"
 )
 
@@ -186,9 +187,15 @@ type spiderpoolResult struct {
 	MaxHistoryEvents int64 `json:"max_history_events"`
 }
 
+// noopProcessor is the processor of the processor comparison: it returns
+// nothing for every page, so what is measured is the cost of delivery
+// (bodies kept, batches sent, results stored), not of user code.
+var noopProcessor = campaign.Processor{Name: "noop", Activity: "noop", BatchSize: 200, Window: 8}
+
 // crawl runs one campaign over the web from seed on fresh nodes and
-// database, timing it from the workflow's start to its result.
-func (s *stack) crawl(seed string, maxDepth int) (spiderpoolResult, error) {
+// database, timing it from the workflow's start to its result. With noop
+// every HTML page also goes to a no-op processor run in this process.
+func (s *stack) crawl(seed string, maxDepth int, noop bool) (spiderpoolResult, error) {
 	ctx := context.Background()
 	r, err := s.startNodes()
 	if err != nil {
@@ -200,6 +207,18 @@ func (s *stack) crawl(seed string, maxDepth int) (spiderpoolResult, error) {
 		Scope:      campaign.Scope{AllowedDomains: []string{"127.0.0.1"}},
 		Limits:     campaign.Limits{MaxDepth: &maxDepth},
 		Politeness: campaign.Politeness{MaxConcurrencyPerHost: 4},
+	}
+	if noop {
+		p := noopProcessor
+		p.TaskQueue = fmt.Sprintf("bench.noop.%d", r.n)
+		pctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- processor.New(p.Name).Queue(p.TaskQueue).Logger(slog.New(slog.DiscardHandler)).
+				Run(pctx, processor.WithClient(r.client), processor.WithConcurrency(16))
+		}()
+		defer func() { stop(); <-done }()
+		spec.Processors = []campaign.Processor{p}
 	}
 	id := fmt.Sprintf("bench-%d", r.n)
 	start := time.Now()

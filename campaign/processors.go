@@ -36,7 +36,8 @@ type Processor struct {
 	BatchSize int `json:"batch_size"`
 	// Window is how many batches may be in flight at once. Default 4.
 	Window int `json:"window"`
-	// MaxPending bounds the pages waiting for this processor: past it the
+	// MaxPending bounds the pages waiting for this processor (beside those
+	// in its window of batches): past it the
 	// campaign stops leasing URLs to fetch until the processor catches
 	// up, so a slow or stopped processor slows the crawl down instead of
 	// piling pages up. Default 2000.
@@ -341,14 +342,17 @@ type DeliveryLeaseRequest struct {
 	CampaignKey int64  `json:"campaign_key"`
 	CampaignID  string `json:"campaign_id"`
 	Processor   string `json:"processor"`
+	// Lease names the batch: asked again for the same lease, the answer
+	// is the same pages.
+	Lease int64 `json:"lease"`
 	// Reset first returns the processor's leased pages to pending: the
 	// run asking holds no batch, so any leased page is a past run's.
 	Reset bool `json:"reset,omitempty"`
 }
 
 // DeliveryLease is a batch for a processor: the request to send it, and
-// how many of its pages wait (pending or in flight, counted up to
-// max_pending) after it.
+// how many of its pages wait (pending, counted up to max_pending) after
+// it.
 type DeliveryLease struct {
 	Request ProcessRequest `json:"request"`
 	IDs     []int64        `json:"ids"`

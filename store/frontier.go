@@ -765,5 +765,8 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 	if err != nil {
 		return CommitResult{}, fmt.Errorf("record %d outcomes for campaign %d: %w", n, campaignKey, err)
 	}
+	if len(bodies.dIDs) > 0 {
+		s.grew(&s.deliveryStats, len(bodies.dIDs))
+	}
 	return res, nil
 }

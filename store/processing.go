@@ -77,8 +77,9 @@ func (b *bodyRows) add(id int64, p *PageBody) error {
 // DeliveryLease is a batch of pages leased to one processor.
 type DeliveryLease struct {
 	Pages []LeasedPage
-	// Waiting counts the processor's pages pending or leased after this
-	// lease, up to the count asked for (see LeaseDeliveries).
+	// Waiting counts the processor's pages pending after this lease (not
+	// those in batches: the window bounds them), up to the count asked
+	// for (see LeaseDeliveries).
 	Waiting int
 }
 
@@ -112,29 +113,36 @@ func (s *Store) ReleaseDeliveries(ctx context.Context, campaignKey int64, proces
 	return int(tag.RowsAffected()), nil
 }
 
-// LeaseDeliveries leases up to max pending pages to a processor, oldest
-// first. A body up to inline bytes travels in the lease while the batch's
-// inline bodies stay within batchBytes; a larger one goes by its token.
-// Waiting counts, up to countTo, what is pending or leased after it.
-func (s *Store) LeaseDeliveries(ctx context.Context, campaignKey int64, processor string, max int, inline, batchBytes int64, countTo int) (DeliveryLease, error) {
+// LeaseDeliveries leases up to max pending pages to a processor under
+// lease, oldest first; asked again for the same lease (a retried call whose
+// answer was lost), it answers with the pages that lease holds. A body up
+// to inline bytes travels in the lease while the batch's inline bodies
+// stay within batchBytes; a larger one goes by its token. Waiting counts,
+// up to countTo, what is still pending after it.
+func (s *Store) LeaseDeliveries(ctx context.Context, campaignKey int64, processor string, lease int64, max int, inline, batchBytes int64, countTo int) (DeliveryLease, error) {
 	var out DeliveryLease
 	err := s.retryTx(ctx, func(tx pgx.Tx) error {
 		out = DeliveryLease{}
 		rows, err := tx.Query(ctx, `
-			WITH picked AS (
+			WITH held AS (
 				SELECT url_id FROM deliveries
-				WHERE campaign = $1 AND processor = $2 AND state = 'pending'
+				WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND lease = $5
+			), picked AS (
+				SELECT url_id FROM deliveries
+				WHERE campaign = $1 AND processor = $2 AND state = 'pending' AND NOT EXISTS (SELECT 1 FROM held)
 				ORDER BY url_id LIMIT $3
 				FOR UPDATE SKIP LOCKED
 			), leased AS (
-				UPDATE deliveries d SET state = 'leased', attempts = d.attempts + 1
+				UPDATE deliveries d SET state = 'leased', attempts = d.attempts + 1, lease = $5
 				FROM picked WHERE d.campaign = $1 AND d.processor = $2 AND d.url_id = picked.url_id
 				RETURNING d.url_id
+			), batch AS (
+				SELECT url_id FROM leased UNION ALL SELECT url_id FROM held
 			)
 			SELECT f.id, f.url, f.depth, b.final_url, b.status, b.headers, coalesce(b.content_type, ''), b.fetched_at,
 			       length(b.body), CASE WHEN length(b.body) <= $4 THEN b.body END, b.token, b.sha256
-			FROM leased l JOIN frontier f ON f.id = l.url_id JOIN page_bodies b ON b.url_id = l.url_id
-			ORDER BY f.id`, campaignKey, processor, max, inline)
+			FROM batch l JOIN frontier f ON f.id = l.url_id JOIN page_bodies b ON b.url_id = l.url_id
+			ORDER BY f.id`, campaignKey, processor, max, inline, lease)
 		if err != nil {
 			return err
 		}
@@ -164,7 +172,7 @@ func (s *Store) LeaseDeliveries(ctx context.Context, campaignKey int64, processo
 		return tx.QueryRow(ctx, `
 			SELECT count(*) FROM (
 				SELECT 1 FROM deliveries
-				WHERE campaign = $1 AND processor = $2 AND state IN ('pending', 'leased')
+				WHERE campaign = $1 AND processor = $2 AND state = 'pending'
 				LIMIT $3) w`, campaignKey, processor, countTo).Scan(&out.Waiting)
 	})
 	if err != nil {

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// frontierStats counts the rows this process added to the frontier since
-// it last analyzed it.
+// tableStats counts the rows this process added to a table (the frontier,
+// deliveries) since it last analyzed it.
 //
 // Autovacuum analyzes a table at most once per autovacuum_naptime (a
 // minute by default), and a campaign's frontier grows from nothing to
@@ -18,7 +18,13 @@ import (
 // 207 of its 282 ms in that scan. So the store analyzes the frontier
 // itself while it grows fast, and leaves it to autovacuum once the growth
 // is small beside what is there.
-type frontierStats struct {
+//
+// Deliveries grow as fast as pages are fetched and are looked up by id in
+// every lease and store of a processor's batch: planned with no
+// statistics, those scanned the table.
+type tableStats struct {
+	table   string // a constant: it is put in the ANALYZE statement
+	after   int64  // the least number of new rows worth an analyze
 	mu      sync.Mutex
 	added   int64 // rows added since the last analyze
 	known   int64 // rows the last analyze saw (pg_class.reltuples)
@@ -35,15 +41,16 @@ const (
 	analyzeTimeout = time.Minute
 )
 
-// analyzeAsItGrows notes n new frontier rows and, once they are many
-// beside the rows the last analyze saw, analyzes the frontier in the
-// background: one analyze at a time per process, never on the caller's
-// time.
-func (s *Store) analyzeAsItGrows(n int) {
-	st := &s.stats
+// analyzeAsItGrows notes n new frontier rows (see grew).
+func (s *Store) analyzeAsItGrows(n int) { s.grew(&s.stats, n) }
+
+// grew notes n new rows of a table and, once they are many beside the
+// rows the last analyze saw, analyzes it in the background: one analyze
+// at a time per table and process, never on the caller's time.
+func (s *Store) grew(st *tableStats, n int) {
 	st.mu.Lock()
 	st.added += int64(n)
-	due := !st.running && st.added >= analyzeAfter && float64(st.added) >= analyzeGrowth*float64(st.known)
+	due := !st.running && st.added >= st.after && float64(st.added) >= analyzeGrowth*float64(st.known)
 	if due {
 		st.running, st.added = true, 0
 	}
@@ -56,8 +63,8 @@ func (s *Store) analyzeAsItGrows(n int) {
 		defer cancel()
 		var known float64
 		// A failed analyze costs only a plan: the next growth tries again.
-		if _, err := s.pool.Exec(ctx, `ANALYZE frontier`); err == nil {
-			_ = s.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = 'frontier'::regclass`).Scan(&known)
+		if _, err := s.pool.Exec(ctx, `ANALYZE `+st.table); err == nil {
+			_ = s.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, st.table).Scan(&known)
 		}
 		st.mu.Lock()
 		st.running = false

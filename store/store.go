@@ -32,7 +32,9 @@ type Store struct {
 	knownHosts sync.Map
 	// stats keeps the planner's statistics of the frontier up with its
 	// growth (see analyzeAsItGrows).
-	stats frontierStats
+	stats tableStats
+	// deliveryStats does the same for deliveries.
+	deliveryStats tableStats
 }
 
 // Open connects to the database at url and checks it answers within
@@ -62,7 +64,11 @@ func Open(ctx context.Context, url string, maxConns int32, timeout time.Duration
 		}
 		return nil, fmt.Errorf("cannot reach Postgres at %s: %w", where, unwrapConnect(err))
 	}
-	return &Store{pool: pool, where: where}, nil
+	return &Store{
+		pool: pool, where: where,
+		stats:         tableStats{table: "frontier", after: analyzeAfter},
+		deliveryStats: tableStats{table: "deliveries", after: 2_000},
+	}, nil
 }
 
 // Where describes a server as host:port/database, with no password.

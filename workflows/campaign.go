@@ -184,6 +184,9 @@ type dispatcher struct {
 	taskAt    int
 	taskBytes int
 	taskTimer bool
+	// handOnSince: when continue-as-new began waiting for processor
+	// batches (see processorsHandedOn).
+	handOnSince time.Time
 }
 
 // batch is one FetchBatch in flight.
@@ -305,7 +308,7 @@ func (d *dispatcher) loop() (campaign.Summary, error) {
 		}
 		if d.continueAsNewDue() {
 			d.state = "continuing as new"
-			if !d.leasing && d.ops == 0 && !d.processorLeasing() && workflow.AllHandlersFinished(ctx) {
+			if !d.leasing && d.ops == 0 && !d.processorLeasing() && d.processorsHandedOn() && workflow.AllHandlersFinished(ctx) {
 				return campaign.Summary{}, d.continueAsNew()
 			}
 		} else {
@@ -333,6 +336,14 @@ func (d *dispatcher) finished() bool {
 
 func (d *dispatcher) continueAsNewDue() bool {
 	info := workflow.GetInfo(d.ctx)
+	if len(d.procs) > 0 {
+		// Bodies make a processors' run's history large in bytes long
+		// before it is long in events: Temporal suggests continuing at a
+		// few MiB, and each continuation sends the batches in flight out
+		// again. Such a run goes on to its own size bound instead.
+		return info.GetCurrentHistorySize() > processorHistoryBytes ||
+			info.GetCurrentHistoryLength() > d.spec.Dispatch.MaxHistoryEvents-d.historyMargin()
+	}
 	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() > d.spec.Dispatch.MaxHistoryEvents-d.historyMargin()
 }
 

@@ -21,6 +21,16 @@ const processorsChange = "processors"
 // Past it, leasing waits for the next task.
 const taskPayloadBudget = 2 << 20
 
+// processorHistoryBytes is the history size a run with processors
+// continues as new at (Temporal refuses a history past 50 MiB).
+const processorHistoryBytes = 24 << 20
+
+// handOnWait is how long continue-as-new waits for the processors'
+// batches in flight: a processor that answers comes back in that time,
+// and its batches are not sent again; one that is down leaves its
+// batches to the next run.
+const handOnWait = 30 * time.Second
+
 // processorCooldown is how long a processor's leasing rests after a lease
 // call failed (Postgres away).
 const processorCooldown = 5 * time.Second
@@ -34,8 +44,12 @@ const processorCooldown = 5 * time.Second
 // pending (Reset), so a batch in flight then is delivered again. Items
 // are stored once per page whatever the number of deliveries.
 type processor struct {
-	spec    campaign.Processor
-	leasing bool
+	spec campaign.Processor
+	// leases counts lease calls outstanding; seq numbers them in the run.
+	leases int
+	seq    int64
+	// ready are leased batches waiting for room in a workflow task.
+	ready []campaign.DeliveryLease
 	// inflight counts batches at the processor or being stored.
 	inflight int
 	// reset: the run has not leased yet (see DeliveryLeaseRequest.Reset).
@@ -89,7 +103,7 @@ func (d *dispatcher) frontierSettled() bool {
 // processorsDone: every processor has taken every page there is.
 func (d *dispatcher) processorsDone() bool {
 	for _, p := range d.procs {
-		if p.leasing || p.inflight > 0 || !p.dry || p.dryAt != d.frontierLeases {
+		if p.leases > 0 || p.inflight > 0 || !p.dry || p.dryAt != d.frontierLeases {
 			return false
 		}
 	}
@@ -99,7 +113,7 @@ func (d *dispatcher) processorsDone() bool {
 // processorLeasing: a processor's lease call is outstanding.
 func (d *dispatcher) processorLeasing() bool {
 	for _, p := range d.procs {
-		if p.leasing {
+		if p.leases > 0 {
 			return true
 		}
 	}
@@ -122,6 +136,7 @@ func (d *dispatcher) processorBacklog() string {
 func (d *dispatcher) deliver() {
 	now := workflow.Now(d.ctx)
 	for _, p := range d.procs {
+		d.sendReady(p)
 		if !d.payloadRoom() {
 			d.nextTask()
 			return
@@ -129,20 +144,33 @@ func (d *dispatcher) deliver() {
 		if p.dry && d.frontierSettled() && p.dryAt != d.frontierLeases {
 			p.dry = false // the crawl looks done: one more look, after it
 		}
-		if p.leasing || p.dry || p.inflight >= p.spec.Window || now.Before(p.coolUntil) {
-			continue
+		// Leases run side by side up to the window (the first of a run,
+		// which resets what past runs held, alone).
+		for !p.dry && p.leases+p.inflight < p.spec.Window && !now.Before(p.coolUntil) && (!p.reset || p.leases == 0) {
+			if !d.payloadRoom() {
+				d.nextTask()
+				return
+			}
+			d.leaseFor(p)
 		}
-		d.leaseFor(p)
 	}
 }
 
+// leaseFor leases the next batch for p. The lease is a regular activity:
+// a local one would hold the workflow task open while it runs, and with a
+// window of them always running, the batches they lease would wait for
+// the task to end before they are sent.
 func (d *dispatcher) leaseFor(p *processor) {
-	p.leasing = true
+	p.leases++
+	p.seq++
 	started := d.frontierLeases
-	req := campaign.DeliveryLeaseRequest{CampaignKey: d.key, CampaignID: d.id, Processor: p.spec.Name, Reset: p.reset}
-	f := workflow.ExecuteLocalActivity(d.localOptions(), campaign.LeaseDeliveriesActivity, req)
+	req := campaign.DeliveryLeaseRequest{
+		CampaignKey: d.key, CampaignID: d.id, Processor: p.spec.Name, Reset: p.reset,
+		Lease: int64(d.run)<<32 | p.seq,
+	}
+	f := workflow.ExecuteActivity(workflow.WithActivityOptions(d.ctx, d.controlOptions()), campaign.LeaseDeliveriesActivity, req)
 	d.sel.AddFuture(f, func(f workflow.Future) {
-		p.leasing = false
+		p.leases--
 		var lease campaign.DeliveryLease
 		if err := f.Get(d.ctx, &lease); err != nil {
 			d.log.Warn("leasing pages for a processor failed; trying again", "processor", p.spec.Name, "error", err)
@@ -152,19 +180,42 @@ func (d *dispatcher) leaseFor(p *processor) {
 		}
 		p.reset = false
 		p.counters.Waiting = lease.Waiting
-		d.spend(2 * leaseBytes(lease)) // the lease's result, and the processor's input
 		if len(lease.IDs) == 0 {
-			p.dry, p.dryAt = true, started
+			switch {
+			case lease.Waiting == 0:
+				p.dry, p.dryAt = true, started
+			case p.leases == 0:
+				// Pages wait but a lease beside this one held them: it
+				// has ended, so look again shortly.
+				p.coolUntil = workflow.Now(d.ctx).Add(time.Second)
+				d.wakeAt(time.Second)
+			}
 			return
 		}
-		d.process(p, lease)
+		p.inflight++ // counted from now: it holds a place in the window
+		p.ready = append(p.ready, lease)
+		d.sendReady(p)
 	})
+}
+
+// sendReady sends p's leased batches while the workflow task has room for
+// their payloads; the rest go in a later task.
+func (d *dispatcher) sendReady(p *processor) {
+	for len(p.ready) > 0 {
+		if !d.payloadRoom() {
+			d.nextTask()
+			return
+		}
+		lease := p.ready[0]
+		p.ready = p.ready[1:]
+		d.spend(leaseBytes(lease))
+		d.process(p, lease)
+	}
 }
 
 // process sends one batch to the processor's activity, then stores what
 // it returned, or its failure once the retry policy gave up.
 func (d *dispatcher) process(p *processor, lease campaign.DeliveryLease) {
-	p.inflight++
 	p.counters.InFlight += len(lease.IDs)
 	p.counters.Batches++
 	r := p.spec.Retry
@@ -202,22 +253,26 @@ func (d *dispatcher) process(p *processor, lease campaign.DeliveryLease) {
 	})
 }
 
-// storeProcessed records a batch's results. It retries until Postgres
-// takes them (a regular activity: its retries cost no history).
+// storeProcessed records a batch's results, in a regular activity for the
+// reason leaseFor gives; it retries until Postgres takes them, and should
+// it fail even so, tries again after processorCooldown. The run does not
+// continue as new with results unstored (they are in d.ops).
 func (d *dispatcher) storeProcessed(p *processor, req campaign.StoreProcessedRequest) {
 	d.ops++
-	actx := workflow.WithActivityOptions(d.ctx, d.controlOptions())
-	f := workflow.ExecuteActivity(actx, campaign.StoreProcessedActivity, req)
+	f := workflow.ExecuteActivity(workflow.WithActivityOptions(d.ctx, d.controlOptions()), campaign.StoreProcessedActivity, req)
 	d.sel.AddFuture(f, func(f workflow.Future) {
+		var res campaign.StoreProcessedResult
+		if err := f.Get(d.ctx, &res); err != nil {
+			d.log.Warn("storing a processor's results failed; trying again", "processor", p.spec.Name, "error", err)
+			d.sel.AddFuture(workflow.NewTimer(d.ctx, processorCooldown), func(workflow.Future) {
+				d.ops--
+				d.storeProcessed(p, req)
+			})
+			return
+		}
 		d.ops--
 		p.inflight--
 		p.counters.InFlight -= len(req.IDs)
-		var res campaign.StoreProcessedResult
-		if err := f.Get(d.ctx, &res); err != nil {
-			// Its pages stay leased; the next run delivers them again.
-			d.log.Warn("storing a processor's results failed", "processor", p.spec.Name, "error", err)
-			return
-		}
 		p.counters.Processed += int64(res.Processed)
 		p.counters.Failed += int64(res.Failed)
 		p.counters.Items += int64(res.Items)
@@ -312,4 +367,23 @@ func resultBytes(r campaign.ProcessResult) int {
 		}
 	}
 	return n
+}
+
+// processorsHandedOn says whether the run may continue as new as far as
+// its processors go: no batch in flight, or handOnWait spent waiting.
+func (d *dispatcher) processorsHandedOn() bool {
+	busy := false
+	for _, p := range d.procs {
+		d.sendReady(p) // leased already: sent, not abandoned
+		busy = busy || p.inflight > 0
+	}
+	if !busy {
+		return true
+	}
+	now := workflow.Now(d.ctx)
+	if d.handOnSince.IsZero() {
+		d.handOnSince = now
+		d.wakeAt(handOnWait)
+	}
+	return now.Sub(d.handOnSince) >= handOnWait
 }

@@ -10,6 +10,7 @@ CREATE TABLE IF NOT EXISTS deliveries (
     url_id     bigint      NOT NULL REFERENCES frontier (id) ON DELETE CASCADE,
     state      text        NOT NULL DEFAULT 'pending', -- pending, leased, done, failed
     attempts   int         NOT NULL DEFAULT 0,         -- batches it went out in
+    lease      bigint,                                 -- the batch holding it: a lease retried finds its rows
     error      text,
     items      int         NOT NULL DEFAULT 0,
     links      int         NOT NULL DEFAULT 0,

@@ -13,12 +13,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.temporal.io/api/enums/v1"
 
 	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/config"
 	"github.com/spiderpool/spiderpool/devstack"
 	"github.com/spiderpool/spiderpool/processor"
 	"github.com/spiderpool/spiderpool/store"
@@ -416,4 +418,95 @@ func repoRoot(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return root
+}
+
+// TestLargeBodiesStayUnderTheTaskLimit: pages of 60 KB, batches of 20 and
+// a window of 8 make a backlog whose leases, taken in one workflow task,
+// would carry 11 MB of bodies: the server refuses a task completion over
+// 4 MiB. The campaign must hold each task to its budget and complete,
+// every page processed once.
+//
+// A batch carries at most 512 KiB of bodies inline: the rest of its pages
+// come by reference, served by the node over HTTP (--metrics-addr), so
+// this also proves the reference path.
+func TestLargeBodiesStayUnderTheTaskLimit(t *testing.T) {
+	s := harness.NewStack(t)
+	s.StartNodeWith("a", 1, func(c *config.Config) { c.Node.MetricsAddr = "127.0.0.1:0" })
+	web, err := synthweb.Start(synthweb.Config{Hosts: 2, Pages: 400, LinksPerPage: 3, Seed: 5, PageBytes: 60_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(web.Close)
+	queue := s.Name + ".sizes"
+	var mu sync.Mutex
+	sizes := map[string]int{}
+	p := processor.New("sizes").Queue(queue).OnPage(func(pg *processor.Page) error {
+		mu.Lock()
+		sizes[pg.URL]++
+		mu.Unlock()
+		return pg.Item(map[string]int{"bytes": len(pg.Body)})
+	})
+	spec := campaign.Spec{
+		Seeds: []string{web.Seed()}, Scope: campaign.Scope{AllowedDomains: []string{"127.0.0.1"}},
+		Politeness: campaign.Politeness{MaxConcurrencyPerHost: 8},
+		Processors: []campaign.Processor{{Name: "sizes", TaskQueue: queue, Activity: "sizes", BatchSize: 20, Window: 8,
+			InlineBodyLimit: campaign.MaxInlineBodyLimit}},
+	}
+	r, err := s.Campaigns.Start(bg, "sizes", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The processor starts once every page is fetched: the whole backlog
+	// is there to lease at once.
+	harness.Eventually(t, 2*time.Minute, "all 400 pages fetched", func() bool {
+		return s.Strings(`SELECT count(*)::text FROM pages WHERE campaign = (SELECT key FROM campaigns WHERE id = 'sizes')`)[0] == "400"
+	})
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, processor.WithClient(s.Client)) }()
+	t.Cleanup(func() { cancel(); <-done })
+	wctx, wcancel := context.WithTimeout(bg, 3*time.Minute)
+	defer wcancel()
+	if err := r.Get(wctx, nil); err != nil {
+		t.Fatalf("campaign: %v (task failures: %d)", err, failedTasks(t, s, "sizes", r.GetRunID()))
+	}
+	if n := failedTasks(t, s, "sizes", r.GetRunID()); n > 0 {
+		t.Errorf("%d workflow tasks failed", n)
+	}
+	st := processorStatus(t, s, "sizes")["sizes"]
+	if st.Processed != 400 || st.Items != 400 || st.Failed != 0 {
+		t.Errorf("processor status %+v: want 400 pages processed", st)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 400 {
+		t.Errorf("the processor saw %d pages, want 400", len(sizes))
+	}
+	byRef := s.Strings(`SELECT count(*)::text FROM items WHERE campaign = (SELECT key FROM campaigns WHERE id = 'sizes') AND (item->>'bytes')::int >= 60000`)
+	t.Logf("%s of 400 items saw a body of 60 KB or more", byRef[0])
+}
+
+// failedTasks counts the workflow tasks that failed, in the campaign's
+// runs from run on.
+func failedTasks(t *testing.T, s *harness.Stack, id, run string) int {
+	t.Helper()
+	n := 0
+	for run != "" {
+		next := ""
+		it := s.Client.GetWorkflowHistory(bg, id, run, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			e, err := it.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.GetEventType() == enums.EVENT_TYPE_WORKFLOW_TASK_FAILED {
+				n++
+			}
+			if a := e.GetWorkflowExecutionContinuedAsNewEventAttributes(); a != nil {
+				next = a.GetNewExecutionRunId()
+			}
+		}
+		run = next
+	}
+	return n
 }
