@@ -107,7 +107,9 @@ func run() error {
 	id := "demo-" + time.Now().UTC().Format("20060102-150405")
 	spec := campaign.Spec{
 		Seeds:      []string{w.Seed()},
-		Scope:      campaign.Scope{AllowedDomains: []string{"127.0.0.1"}},
+		// Requisites on: a page's images, styles and scripts are fetched
+		// with it, counted apart (see README, WARC).
+		Scope:      campaign.Scope{AllowedDomains: []string{"127.0.0.1"}, Requisites: true},
 		Politeness: campaign.Politeness{MinDelay: campaign.Duration(delay), MaxConcurrencyPerHost: 1},
 		Dispatch:   campaign.Dispatch{BatchSize: 50},
 	}
