@@ -106,7 +106,7 @@ func run() error {
 	cs := &control.Campaigns{Client: c, Queue: cfg.ControlQueue}
 	id := "demo-" + time.Now().UTC().Format("20060102-150405")
 	spec := campaign.Spec{
-		Seeds:      []string{w.Seed()},
+		Seeds: []string{w.Seed()},
 		// Requisites on: a page's images, styles and scripts are fetched
 		// with it, counted apart (see README, WARC).
 		Scope:      campaign.Scope{AllowedDomains: []string{"127.0.0.1"}, Requisites: true},
