@@ -77,16 +77,11 @@ of them): DIR/CAMPAIGN/*.warc.gz.`,
 			if format != "jsonl" {
 				return exportArchive(ctx, st, key, args[0], format, warcDirs, output)
 			}
-			out := os.Stdout
-			if output != "" && output != "-" {
-				f, err := os.Create(output)
-				if err != nil {
-					return fmt.Errorf("export: %w", err)
-				}
-				defer f.Close()
-				out = f
+			bw, done, err := openOutput(output)
+			if err != nil {
+				return err
 			}
-			bw := bufio.NewWriterSize(out, 1<<16)
+			defer done()
 			enc := json.NewEncoder(bw)
 			enc.SetEscapeHTML(false)
 			var n int
@@ -117,6 +112,20 @@ of them): DIR/CAMPAIGN/*.warc.gz.`,
 	return cmd
 }
 
+// openOutput is where an export writes: FILE, or standard output for ""
+// or "-", buffered. done closes the file; the caller flushes.
+func openOutput(output string) (bw *bufio.Writer, done func(), err error) {
+	out, done := os.Stdout, func() {}
+	if output != "" && output != "-" {
+		f, err := os.Create(output)
+		if err != nil {
+			return nil, nil, fmt.Errorf("export: %w", err)
+		}
+		out, done = f, func() { f.Close() }
+	}
+	return bufio.NewWriterSize(out, 1<<16), done, nil
+}
+
 // exportArchive writes the campaign's WARC files under dirs as a CDXJ index
 // or a WACZ package; the pages a WACZ lists are the campaign's fetched
 // HTML pages, as archived.
@@ -132,16 +141,11 @@ func exportArchive(ctx context.Context, st *store.Store, key int64, id, format s
 	if len(files) == 0 {
 		return fmt.Errorf("export: no WARC files of campaign %s under %s", id, strings.Join(dirs, ", "))
 	}
-	out := os.Stdout
-	if output != "" && output != "-" {
-		f, err := os.Create(output)
-		if err != nil {
-			return fmt.Errorf("export: %w", err)
-		}
-		defer f.Close()
-		out = f
+	bw, done, err := openOutput(output)
+	if err != nil {
+		return err
 	}
-	bw := bufio.NewWriterSize(out, 1<<16)
+	defer done()
 	var summary string
 	switch format {
 	case "cdxj":
