@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/history/v1"
 
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/config"
@@ -329,28 +330,37 @@ func TestProcessorAndFeedingNodeKilled(t *testing.T) {
 func retriedBatches(t *testing.T, s *harness.Stack, id, run, activity string) int {
 	t.Helper()
 	n := 0
+	types := map[int64]string{}
+	eachEvent(t, s, id, run, func(e *history.HistoryEvent) {
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
+			types[e.GetEventId()] = a.GetActivityType().GetName()
+		}
+		if a := e.GetActivityTaskStartedEventAttributes(); a != nil && a.GetAttempt() > 1 && types[a.GetScheduledEventId()] == activity {
+			n++
+		}
+	})
+	return n
+}
+
+// eachEvent calls fn on each history event of the campaign's runs from run
+// on, following continue-as-new.
+func eachEvent(t *testing.T, s *harness.Stack, id, run string, fn func(*history.HistoryEvent)) {
+	t.Helper()
 	for run != "" {
 		next := ""
-		types := map[int64]string{}
 		it := s.Client.GetWorkflowHistory(bg, id, run, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 		for it.HasNext() {
 			e, err := it.Next()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
-				types[e.GetEventId()] = a.GetActivityType().GetName()
-			}
-			if a := e.GetActivityTaskStartedEventAttributes(); a != nil && a.GetAttempt() > 1 && types[a.GetScheduledEventId()] == activity {
-				n++
-			}
+			fn(e)
 			if a := e.GetWorkflowExecutionContinuedAsNewEventAttributes(); a != nil {
 				next = a.GetNewExecutionRunId()
 			}
 		}
 		run = next
 	}
-	return n
 }
 
 // startedActivities counts the campaign's activities of a type that a
@@ -491,22 +501,10 @@ func TestLargeBodiesStayUnderTheTaskLimit(t *testing.T) {
 func failedTasks(t *testing.T, s *harness.Stack, id, run string) int {
 	t.Helper()
 	n := 0
-	for run != "" {
-		next := ""
-		it := s.Client.GetWorkflowHistory(bg, id, run, false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for it.HasNext() {
-			e, err := it.Next()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if e.GetEventType() == enums.EVENT_TYPE_WORKFLOW_TASK_FAILED {
-				n++
-			}
-			if a := e.GetWorkflowExecutionContinuedAsNewEventAttributes(); a != nil {
-				next = a.GetNewExecutionRunId()
-			}
+	eachEvent(t, s, id, run, func(e *history.HistoryEvent) {
+		if e.GetEventType() == enums.EVENT_TYPE_WORKFLOW_TASK_FAILED {
+			n++
 		}
-		run = next
-	}
+	})
 	return n
 }
