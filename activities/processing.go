@@ -32,7 +32,7 @@ func (c *Control) LeaseDeliveries(ctx context.Context, req campaign.DeliveryLeas
 	}
 	p := spec.Processors[i]
 	if req.Reset {
-		if _, err := c.Store.ReleaseDeliveries(ctx, req.CampaignKey, p.Name); err != nil {
+		if _, err := c.Store.ReleaseDeliveries(ctx, req.CampaignKey, p.Name, campaign.LeaseRun(req.Lease)); err != nil {
 			return campaign.DeliveryLease{}, err
 		}
 	}

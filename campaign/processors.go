@@ -337,18 +337,52 @@ const (
 	StoreProcessedActivity  = "StoreProcessed"
 )
 
+// ProcessBatchWorkflowType is the child workflow that carries batches of
+// pages through a processor: it leases a batch, runs the processor's
+// activity on it and stores the result, and goes on while full batches
+// wait. The bodies it sends stay in its own history, never in the
+// campaign's.
+const ProcessBatchWorkflowType = "ProcessBatch"
+
+// ProcessBatchRequest starts a ProcessBatch child.
+type ProcessBatchRequest struct {
+	Lease     DeliveryLeaseRequest `json:"lease"`
+	Processor Processor            `json:"processor"`
+}
+
+// ProcessBatchResult is what a ProcessBatch child tells the campaign:
+// the batches and pages it carried (0 when its first lease found nothing),
+// what they stored, and how many pages wait after its last lease.
+type ProcessBatchResult struct {
+	Batches int                  `json:"batches"`
+	Pages   int                  `json:"pages"`
+	Waiting int                  `json:"waiting"`
+	Stored  StoreProcessedResult `json:"stored"`
+	// Error is the processor's last error, from a batch that failed for
+	// good.
+	Error string `json:"error,omitempty"`
+	// LeaseFailed: a lease after the first failed (Postgres away).
+	LeaseFailed bool `json:"lease_failed,omitempty"`
+}
+
 // DeliveryLeaseRequest asks for a batch of pages for one processor.
 type DeliveryLeaseRequest struct {
 	CampaignKey int64  `json:"campaign_key"`
 	CampaignID  string `json:"campaign_id"`
 	Processor   string `json:"processor"`
 	// Lease names the batch: asked again for the same lease, the answer
-	// is the same pages.
+	// is the same pages. Its high 32 bits name the campaign run that
+	// leases, its low bits number the run's ProcessBatch children (and,
+	// in the low 8, a child's batches).
 	Lease int64 `json:"lease"`
-	// Reset first returns the processor's leased pages to pending: the
-	// run asking holds no batch, so any leased page is a past run's.
+	// Reset first returns to pending the pages that runs other than the
+	// lease's hold: they were leased by a run that has ended, and the
+	// batch carrying them may never come back.
 	Reset bool `json:"reset,omitempty"`
 }
+
+// LeaseRun is the run part of a lease name.
+func LeaseRun(lease int64) int64 { return lease >> 32 }
 
 // DeliveryLease is a batch for a processor: the request to send it, and
 // how many of its pages wait (pending, counted up to max_pending) after
@@ -380,10 +414,11 @@ type StoreProcessedResult struct {
 
 // ProcessorCounters are a processor's figures as the workflow keeps them.
 type ProcessorCounters struct {
-	Processed int64  `json:"processed"`
-	Failed    int64  `json:"failed"`
-	Items     int64  `json:"items"`
-	Waiting   int    `json:"waiting"`
+	Processed int64 `json:"processed"`
+	Failed    int64 `json:"failed"`
+	Items     int64 `json:"items"`
+	Waiting   int   `json:"waiting"`
+	// InFlight counts the batches (ProcessBatch children) under way.
 	InFlight  int    `json:"in_flight"`
 	Batches   int64  `json:"batches"`
 	LastError string `json:"last_error,omitempty"`

@@ -101,12 +101,14 @@ type LeasedPage struct {
 	SHA256 string
 }
 
-// ReleaseDeliveries returns a processor's leased pages to pending: the
-// batches that held them belong to a run that has ended.
-func (s *Store) ReleaseDeliveries(ctx context.Context, campaignKey int64, processor string) (int, error) {
+// ReleaseDeliveries returns to pending a processor's pages leased by
+// runs other than keepRun (see campaign.LeaseRun): such a run has ended,
+// and the batch carrying them may never come back.
+func (s *Store) ReleaseDeliveries(ctx context.Context, campaignKey int64, processor string, keepRun int64) (int, error) {
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE deliveries SET state = 'pending'
-		WHERE campaign = $1 AND processor = $2 AND state = 'leased'`, campaignKey, processor)
+		WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND (lease IS NULL OR lease >> 32 <> $3)`,
+		campaignKey, processor, keepRun)
 	if err != nil {
 		return 0, fmt.Errorf("release deliveries of campaign %d to %s: %w", campaignKey, processor, err)
 	}

@@ -36,6 +36,7 @@ func Register(r interface {
 	RegisterWorkflowWithOptions(any, workflow.RegisterOptions)
 }) {
 	r.RegisterWorkflowWithOptions(CrawlCampaign, workflow.RegisterOptions{Name: campaign.WorkflowType})
+	r.RegisterWorkflowWithOptions(ProcessBatch, workflow.RegisterOptions{Name: campaign.ProcessBatchWorkflowType})
 }
 
 // hostFlowChange versions the dispatcher: runs that started before it
@@ -175,15 +176,11 @@ type dispatcher struct {
 	pub   published // what they last said
 
 	// procs are the campaign's processors (processorsChange);
-	// frontierLeases counts the frontier leases that completed.
+	// frontierLeases counts the frontier leases that completed; leaseRun
+	// names this run in processor leases (see campaign.LeaseRun).
 	procs          []*processor
 	frontierLeases int64
-	// taskAt, taskBytes: the workflow task (by its history length) and
-	// the processor payload bytes it has added; taskTimer: a timer to a
-	// later task is set (see payloadRoom).
-	taskAt    int
-	taskBytes int
-	taskTimer bool
+	leaseRun       int64
 	// handOnSince: when continue-as-new began waiting for processor
 	// batches (see processorsHandedOn).
 	handOnSince time.Time
@@ -308,7 +305,7 @@ func (d *dispatcher) loop() (campaign.Summary, error) {
 		}
 		if d.continueAsNewDue() {
 			d.state = "continuing as new"
-			if !d.leasing && d.ops == 0 && !d.processorLeasing() && d.processorsHandedOn() && workflow.AllHandlersFinished(ctx) {
+			if !d.leasing && d.ops == 0 && d.processorsHandedOn() && workflow.AllHandlersFinished(ctx) {
 				return campaign.Summary{}, d.continueAsNew()
 			}
 		} else {
@@ -336,14 +333,6 @@ func (d *dispatcher) finished() bool {
 
 func (d *dispatcher) continueAsNewDue() bool {
 	info := workflow.GetInfo(d.ctx)
-	if len(d.procs) > 0 {
-		// Bodies make a processors' run's history large in bytes long
-		// before it is long in events: Temporal suggests continuing at a
-		// few MiB, and each continuation sends the batches in flight out
-		// again. Such a run goes on to its own size bound instead.
-		return info.GetCurrentHistorySize() > processorHistoryBytes ||
-			info.GetCurrentHistoryLength() > d.spec.Dispatch.MaxHistoryEvents-d.historyMargin()
-	}
 	return info.GetContinueAsNewSuggested() || info.GetCurrentHistoryLength() > d.spec.Dispatch.MaxHistoryEvents-d.historyMargin()
 }
 
@@ -806,6 +795,12 @@ func (d *dispatcher) releaseWith(req campaign.ReleaseRequest, why string) {
 }
 
 func (d *dispatcher) controlOptions() workflow.ActivityOptions {
+	return controlActivityOptions()
+}
+
+// controlActivityOptions run a control activity on the workflow's own
+// task queue, retried until it succeeds or the spec is found invalid.
+func controlActivityOptions() workflow.ActivityOptions {
 	return workflow.ActivityOptions{
 		StartToCloseTimeout: 5 * time.Minute,
 		RetryPolicy: &temporal.RetryPolicy{

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+	enums "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -12,18 +14,11 @@ import (
 )
 
 // processorsChange versions delivery of pages to processors (issue 13).
-// Runs before it never deliver; a spec with processors needs it.
+// Runs before it never deliver; a spec with processors needs it. Version
+// 1, never released, ran each batch's activities in the campaign's own
+// history, bodies and all; version 2 runs each batch as a ProcessBatch
+// child, so bodies never enter the campaign's history.
 const processorsChange = "processors"
-
-// taskPayloadBudget bounds the payload bytes (lease results, processor
-// inputs, results to store) the processors add in one workflow task: the
-// task's completion carries them all, and the server takes at most 4 MiB.
-// Past it, leasing waits for the next task.
-const taskPayloadBudget = 2 << 20
-
-// processorHistoryBytes is the history size a run with processors
-// continues as new at (Temporal refuses a history past 50 MiB).
-const processorHistoryBytes = 24 << 20
 
 // handOnWait is how long continue-as-new waits for the processors'
 // batches in flight: a processor that answers comes back in that time,
@@ -31,27 +26,23 @@ const processorHistoryBytes = 24 << 20
 // batches to the next run.
 const handOnWait = 30 * time.Second
 
-// processorCooldown is how long a processor's leasing rests after a lease
-// call failed (Postgres away).
+// processorCooldown is how long a processor's leasing rests after a batch
+// could not lease (Postgres away).
 const processorCooldown = 5 * time.Second
 
 // processor is one of the campaign's processors as the dispatcher drives
-// it: pages flow from Postgres to its activity in batches, at most
-// spec.window at a time, and its results go back to Postgres.
+// it: pages flow from Postgres to its activity in batches, each a
+// ProcessBatch child, at most spec.window at a time.
 //
-// Its batches are not awaited at continue-as-new: what they held is
-// leased in Postgres, and the next run's first lease returns it to
-// pending (Reset), so a batch in flight then is delivered again. Items
-// are stored once per page whatever the number of deliveries.
+// Its batches are awaited at continue-as-new for handOnWait at most: what
+// they held is leased in Postgres, and the next run's first lease returns
+// it to pending (Reset), so a batch cut off then is delivered again.
+// Items are stored once per page whatever the number of deliveries.
 type processor struct {
 	spec campaign.Processor
-	// leases counts lease calls outstanding; seq numbers them in the run.
-	leases int
-	seq    int64
-	// ready are leased batches waiting for room in a workflow task.
-	ready []campaign.DeliveryLease
-	// inflight counts batches at the processor or being stored.
-	inflight int
+	// batches counts the children under way; seq numbers them in the run.
+	batches int
+	seq     int64
 	// reset: the run has not leased yet (see DeliveryLeaseRequest.Reset).
 	reset bool
 	// dry: the last lease found no page pending. dryAt is the number of
@@ -61,7 +52,9 @@ type processor struct {
 	dry       bool
 	dryAt     int64
 	coolUntil time.Time
-	counters  campaign.ProcessorCounters
+	// lingerUntil: the processor caught up; its next batch waits to fill.
+	lingerUntil time.Time
+	counters    campaign.ProcessorCounters
 }
 
 // setUpProcessors reads the version marker and the processors of the
@@ -70,9 +63,16 @@ func (d *dispatcher) setUpProcessors(carried []campaign.ProcessorStatus) {
 	if len(d.spec.Processors) == 0 {
 		return
 	}
-	if workflow.GetVersion(d.ctx, processorsChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	switch workflow.GetVersion(d.ctx, processorsChange, workflow.DefaultVersion, 2) {
+	case workflow.DefaultVersion:
 		return
+	case 1:
+		panic("this run delivers pages as an unreleased build did (processors version 1): " +
+			"cancel it and start the campaign again under its ID; its pages are kept")
 	}
+	// A lease's high bits name the run (see campaign.LeaseRun): a hash of
+	// its run ID, unique even when a campaign is started again under its ID.
+	d.leaseRun = int64(xxhash.Sum64String(workflow.GetInfo(d.ctx).WorkflowExecution.RunID) >> 33)
 	for _, ps := range d.spec.Processors {
 		p := &processor{spec: ps, reset: true}
 		for _, c := range carried {
@@ -103,21 +103,11 @@ func (d *dispatcher) frontierSettled() bool {
 // processorsDone: every processor has taken every page there is.
 func (d *dispatcher) processorsDone() bool {
 	for _, p := range d.procs {
-		if p.leases > 0 || p.inflight > 0 || !p.dry || p.dryAt != d.frontierLeases {
+		if p.batches > 0 || !p.dry || p.dryAt != d.frontierLeases {
 			return false
 		}
 	}
 	return true
-}
-
-// processorLeasing: a processor's lease call is outstanding.
-func (d *dispatcher) processorLeasing() bool {
-	for _, p := range d.procs {
-		if p.leases > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // processorBacklog names a processor with max_pending pages waiting: the
@@ -131,159 +121,195 @@ func (d *dispatcher) processorBacklog() string {
 	return ""
 }
 
-// deliver starts a lease for each processor with room in its window and,
+// deliver starts a batch for each processor with room in its window and,
 // maybe, pages waiting.
 func (d *dispatcher) deliver() {
 	now := workflow.Now(d.ctx)
 	for _, p := range d.procs {
-		d.sendReady(p)
-		if !d.payloadRoom() {
-			d.nextTask()
-			return
-		}
 		if p.dry && d.frontierSettled() && p.dryAt != d.frontierLeases {
 			p.dry = false // the crawl looks done: one more look, after it
 		}
-		// Leases run side by side up to the window (the first of a run,
-		// which resets what past runs held, alone).
-		for !p.dry && p.leases+p.inflight < p.spec.Window && !now.Before(p.coolUntil) && (!p.reset || p.leases == 0) {
-			if !d.payloadRoom() {
-				d.nextTask()
-				return
-			}
-			d.leaseFor(p)
+		if now.Before(p.lingerUntil) && !d.frontierSettled() {
+			continue
+		}
+		for !p.dry && p.batches < p.spec.Window && !now.Before(p.coolUntil) {
+			d.startBatch(p)
 		}
 	}
 }
 
-// leaseFor leases the next batch for p. The lease is a regular activity:
-// a local one would hold the workflow task open while it runs, and with a
-// window of them always running, the batches they lease would wait for
-// the task to end before they are sent.
-func (d *dispatcher) leaseFor(p *processor) {
-	p.leases++
+// startBatch starts a ProcessBatch child for p's next batches. The first
+// of a run also returns to pending what past runs held.
+func (d *dispatcher) startBatch(p *processor) {
+	p.batches++
+	p.counters.InFlight = p.batches
 	p.seq++
 	started := d.frontierLeases
-	req := campaign.DeliveryLeaseRequest{
-		CampaignKey: d.key, CampaignID: d.id, Processor: p.spec.Name, Reset: p.reset,
-		Lease: int64(d.run)<<32 | p.seq,
+	req := campaign.ProcessBatchRequest{
+		Processor: p.spec,
+		Lease: campaign.DeliveryLeaseRequest{
+			CampaignKey: d.key, CampaignID: d.id, Processor: p.spec.Name, Reset: p.reset,
+			Lease: d.leaseRun<<32 | p.seq<<8,
+		},
 	}
-	f := workflow.ExecuteActivity(workflow.WithActivityOptions(d.ctx, d.controlOptions()), campaign.LeaseDeliveriesActivity, req)
+	p.reset = false
+	cctx := workflow.WithChildOptions(d.ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:    fmt.Sprintf("%s/%s/%08x-%d", d.id, p.spec.Name, d.leaseRun, p.seq),
+		StaticSummary: fmt.Sprintf("processor %s: batches of run %d, #%d", p.spec.Name, d.run, p.seq),
+		// Batches cut off when the run closes are delivered again by the
+		// next run (Reset).
+		ParentClosePolicy: enums.PARENT_CLOSE_POLICY_TERMINATE,
+	})
+	f := workflow.ExecuteChildWorkflow(cctx, campaign.ProcessBatchWorkflowType, req)
 	d.sel.AddFuture(f, func(f workflow.Future) {
-		p.leases--
-		var lease campaign.DeliveryLease
-		if err := f.Get(d.ctx, &lease); err != nil {
-			d.log.Warn("leasing pages for a processor failed; trying again", "processor", p.spec.Name, "error", err)
+		p.batches--
+		p.counters.InFlight = p.batches
+		var res campaign.ProcessBatchResult
+		err := f.Get(d.ctx, &res)
+		var canceled *temporal.CanceledError
+		switch {
+		case err != nil && (d.cancelled || errors.As(err, &canceled)):
+			// The campaign is being cancelled: the pages stay leased, and a
+			// campaign started again under its ID delivers them again.
+			return
+		case err != nil:
+			d.log.Warn("a processor's batch failed; leasing again shortly", "processor", p.spec.Name, "error", err)
+			p.reset = p.reset || req.Lease.Reset // it may not have reset
 			p.coolUntil = workflow.Now(d.ctx).Add(processorCooldown)
 			d.wakeAt(processorCooldown)
 			return
 		}
-		p.reset = false
-		p.counters.Waiting = lease.Waiting
-		if len(lease.IDs) == 0 {
-			switch {
-			case lease.Waiting == 0:
-				p.dry, p.dryAt = true, started
-			case p.leases == 0:
-				// Pages wait but a lease beside this one held them: it
-				// has ended, so look again shortly.
-				p.coolUntil = workflow.Now(d.ctx).Add(time.Second)
-				d.wakeAt(time.Second)
-			}
-			return
+		d.processed(p, res)
+		switch {
+		case res.LeaseFailed:
+			p.coolUntil = workflow.Now(d.ctx).Add(processorCooldown)
+			d.wakeAt(processorCooldown)
+		case res.Pages == 0 && res.Waiting == 0:
+			p.dry, p.dryAt = true, started
+		case res.Pages == 0:
+			// Pages wait but a lease beside this one held them: look
+			// again shortly.
+			p.coolUntil = workflow.Now(d.ctx).Add(time.Second)
+			d.wakeAt(time.Second)
+		case res.Waiting < p.spec.BatchSize:
+			// The processor has caught up with the crawl: the next batch
+			// waits a little to fill (unless the crawl is done).
+			p.lingerUntil = workflow.Now(d.ctx).Add(processorLinger)
+			d.wakeAt(processorLinger)
 		}
-		p.inflight++ // counted from now: it holds a place in the window
-		p.ready = append(p.ready, lease)
-		d.sendReady(p)
 	})
 }
 
-// sendReady sends p's leased batches while the workflow task has room for
-// their payloads; the rest go in a later task.
-func (d *dispatcher) sendReady(p *processor) {
-	for len(p.ready) > 0 {
-		if !d.payloadRoom() {
-			d.nextTask()
-			return
-		}
-		lease := p.ready[0]
-		p.ready = p.ready[1:]
-		d.spend(leaseBytes(lease))
-		d.process(p, lease)
+// processed adds what a ProcessBatch child did to the figures.
+func (d *dispatcher) processed(p *processor, res campaign.ProcessBatchResult) {
+	p.counters.Waiting = res.Waiting
+	p.counters.Batches += int64(res.Batches)
+	p.counters.Processed += int64(res.Stored.Processed)
+	p.counters.Failed += int64(res.Stored.Failed)
+	p.counters.Items += int64(res.Stored.Items)
+	if res.Error != "" {
+		p.counters.LastError = res.Error
+	}
+	d.counters.Discovered += int64(res.Stored.Discovered)
+	if res.Stored.Discovered > 0 {
+		d.leaseDry = false
 	}
 }
 
-// process sends one batch to the processor's activity, then stores what
-// it returned, or its failure once the retry policy gave up.
-func (d *dispatcher) process(p *processor, lease campaign.DeliveryLease) {
-	p.counters.InFlight += len(lease.IDs)
-	p.counters.Batches++
-	r := p.spec.Retry
-	actx := workflow.WithActivityOptions(d.ctx, workflow.ActivityOptions{
-		TaskQueue:           p.spec.TaskQueue,
-		StartToCloseTimeout: p.spec.Timeout.D(),
-		Summary:             fmt.Sprintf("%s: %d pages", p.spec.Name, len(lease.IDs)),
+// A ProcessBatch child takes batches one after another while full ones
+// wait, up to maxChildBatches or maxChildHistory bytes of history.
+const (
+	maxChildBatches = 16
+	maxChildHistory = 8 << 20
+)
+
+// processorLinger is how long a processor that has caught up with the
+// crawl waits before its next batch, so that batches go out full.
+const processorLinger = time.Second
+
+// ProcessBatch carries batches through a processor, as a child of its
+// campaign. For each, it leases the batch (a local activity: the bodies
+// are recorded in this child's history, never in the campaign's), runs
+// the processor's activity on it with the processor's retry policy, and
+// stores what it returned, or its failure once the policy gave up. It
+// goes on to the next batch while the last was full.
+func ProcessBatch(ctx workflow.Context, req campaign.ProcessBatchRequest) (campaign.ProcessBatchResult, error) {
+	var res campaign.ProcessBatchResult
+	local := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		ScheduleToCloseTimeout: time.Minute,
+		StartToCloseTimeout:    30 * time.Second,
+	})
+	for i := range int64(maxChildBatches) {
+		lr := req.Lease
+		lr.Lease, lr.Reset = req.Lease.Lease|i, req.Lease.Reset && i == 0
+		var lease campaign.DeliveryLease
+		if err := workflow.ExecuteLocalActivity(local, campaign.LeaseDeliveriesActivity, lr).Get(ctx, &lease); err != nil {
+			if i == 0 {
+				return res, fmt.Errorf("lease pages for processor %s: %w", req.Processor.Name, err)
+			}
+			res.LeaseFailed = true
+			return res, nil
+		}
+		res.Waiting = lease.Waiting
+		if len(lease.IDs) == 0 {
+			return res, nil
+		}
+		if err := processLease(ctx, local, req, lease, &res); err != nil {
+			return res, err
+		}
+		if len(lease.IDs) < req.Processor.BatchSize || lease.Waiting < req.Processor.BatchSize ||
+			workflow.GetInfo(ctx).GetCurrentHistorySize() > maxChildHistory {
+			break
+		}
+	}
+	return res, nil
+}
+
+// processLease sends one leased batch to the processor and stores the
+// outcome.
+func processLease(ctx, local workflow.Context, req campaign.ProcessBatchRequest, lease campaign.DeliveryLease, res *campaign.ProcessBatchResult) error {
+	p, r := req.Processor, req.Processor.Retry
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           p.TaskQueue,
+		StartToCloseTimeout: p.Timeout.D(),
+		Summary:             fmt.Sprintf("%s: %d pages", p.Name, len(lease.IDs)),
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval: r.InitialInterval.D(), BackoffCoefficient: r.BackoffCoefficient,
 			MaximumInterval: r.MaxInterval.D(), MaximumAttempts: int32(r.MaxAttempts),
 		},
 	})
-	f := workflow.ExecuteActivity(actx, p.spec.Activity, lease.Request)
-	d.sel.AddFuture(f, func(f workflow.Future) {
-		var result campaign.ProcessResult
-		err := f.Get(d.ctx, &result)
-		var canceled *temporal.CanceledError
-		if err != nil && (d.cancelled || errors.As(err, &canceled)) {
-			// The campaign is being cancelled: the pages stay leased, and a
-			// campaign started again under its ID delivers them again.
-			p.inflight--
-			p.counters.InFlight -= len(lease.IDs)
-			return
+	var result campaign.ProcessResult
+	err := workflow.ExecuteActivity(actx, p.Activity, lease.Request).Get(ctx, &result)
+	var canceled *temporal.CanceledError
+	if errors.As(err, &canceled) {
+		return err // the campaign is being cancelled: the pages stay leased
+	}
+	store := campaign.StoreProcessedRequest{
+		CampaignKey: req.Lease.CampaignKey, CampaignID: req.Lease.CampaignID, Processor: p.Name, IDs: lease.IDs,
+	}
+	if err != nil {
+		store.Error = processorError(err)
+		res.Error = store.Error
+	} else {
+		store.Result = &result
+	}
+	// Stored in a local activity, without a round trip through the
+	// server; while Postgres is away, in a regular one retried until it
+	// takes them, which costs no history while it waits.
+	var stored campaign.StoreProcessedResult
+	if err := workflow.ExecuteLocalActivity(local, campaign.StoreProcessedActivity, store).Get(ctx, &stored); err != nil {
+		sctx := workflow.WithActivityOptions(ctx, controlActivityOptions())
+		if err := workflow.ExecuteActivity(sctx, campaign.StoreProcessedActivity, store).Get(ctx, &stored); err != nil {
+			return fmt.Errorf("store what processor %s made of %d pages: %w", p.Name, len(lease.IDs), err)
 		}
-		req := campaign.StoreProcessedRequest{
-			CampaignKey: d.key, CampaignID: d.id, Processor: p.spec.Name, IDs: lease.IDs,
-		}
-		if err != nil {
-			req.Error = processorError(err)
-		} else {
-			req.Result = &result
-			d.spend(resultBytes(result))
-		}
-		d.storeProcessed(p, req)
-	})
-}
-
-// storeProcessed records a batch's results, in a regular activity for the
-// reason leaseFor gives; it retries until Postgres takes them, and should
-// it fail even so, tries again after processorCooldown. The run does not
-// continue as new with results unstored (they are in d.ops).
-func (d *dispatcher) storeProcessed(p *processor, req campaign.StoreProcessedRequest) {
-	d.ops++
-	f := workflow.ExecuteActivity(workflow.WithActivityOptions(d.ctx, d.controlOptions()), campaign.StoreProcessedActivity, req)
-	d.sel.AddFuture(f, func(f workflow.Future) {
-		var res campaign.StoreProcessedResult
-		if err := f.Get(d.ctx, &res); err != nil {
-			d.log.Warn("storing a processor's results failed; trying again", "processor", p.spec.Name, "error", err)
-			d.sel.AddFuture(workflow.NewTimer(d.ctx, processorCooldown), func(workflow.Future) {
-				d.ops--
-				d.storeProcessed(p, req)
-			})
-			return
-		}
-		d.ops--
-		p.inflight--
-		p.counters.InFlight -= len(req.IDs)
-		p.counters.Processed += int64(res.Processed)
-		p.counters.Failed += int64(res.Failed)
-		p.counters.Items += int64(res.Items)
-		if req.Error != "" {
-			p.counters.LastError = req.Error
-		}
-		d.counters.Discovered += int64(res.Discovered)
-		if res.Discovered > 0 {
-			d.leaseDry = false
-		}
-	})
+	}
+	res.Batches++
+	res.Pages += len(lease.IDs)
+	res.Stored.Processed += stored.Processed
+	res.Stored.Failed += stored.Failed
+	res.Stored.Items += stored.Items
+	res.Stored.Discovered += stored.Discovered
+	return nil
 }
 
 // processorError is what a page that failed with its batch records: the
@@ -315,67 +341,12 @@ func (d *dispatcher) wakeAt(wait time.Duration) {
 	d.sel.AddFuture(workflow.NewTimer(d.ctx, wait), func(workflow.Future) {})
 }
 
-// payloadRoom says whether the current workflow task has room for more
-// processor payloads. A task is known by the history length at its start,
-// which replay sees the same.
-func (d *dispatcher) payloadRoom() bool {
-	if at := workflow.GetInfo(d.ctx).GetCurrentHistoryLength(); at != d.taskAt {
-		d.taskAt, d.taskBytes = at, 0
-	}
-	return d.taskBytes < taskPayloadBudget
-}
-
-func (d *dispatcher) spend(n int) {
-	d.payloadRoom() // a new task starts from zero
-	d.taskBytes += n
-}
-
-// nextTask makes sure the loop runs again in a later workflow task.
-func (d *dispatcher) nextTask() {
-	if d.taskTimer {
-		return
-	}
-	d.taskTimer = true
-	d.sel.AddFuture(workflow.NewTimer(d.ctx, time.Millisecond), func(workflow.Future) { d.taskTimer = false })
-}
-
-// leaseBytes is about what a lease weighs as a payload.
-func leaseBytes(l campaign.DeliveryLease) int {
-	n := 0
-	for _, p := range l.Request.Pages {
-		n += 512 + len(p.Body)*4/3 + len(p.URL) + len(p.FinalURL) // base64 bodies, headers
-		for k, vs := range p.Headers {
-			n += len(k)
-			for _, v := range vs {
-				n += len(v)
-			}
-		}
-	}
-	return n
-}
-
-// resultBytes is about what a processor's result weighs.
-func resultBytes(r campaign.ProcessResult) int {
-	n := 0
-	for _, p := range r.Pages {
-		n += 64 + len(p.Key) + len(p.Error)
-		for _, it := range p.Items {
-			n += len(it)
-		}
-		for _, l := range p.Links {
-			n += len(l) + 3
-		}
-	}
-	return n
-}
-
 // processorsHandedOn says whether the run may continue as new as far as
 // its processors go: no batch in flight, or handOnWait spent waiting.
 func (d *dispatcher) processorsHandedOn() bool {
 	busy := false
 	for _, p := range d.procs {
-		d.sendReady(p) // leased already: sent, not abandoned
-		busy = busy || p.inflight > 0
+		busy = busy || p.batches > 0
 	}
 	if !busy {
 		return true

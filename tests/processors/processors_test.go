@@ -178,6 +178,7 @@ func TestGoProcessorItemsEqualTheShop(t *testing.T) {
 	if n := bodiesLeft(t, s, "shop-go"); n != 0 {
 		t.Errorf("%d page bodies kept after every page was processed", n)
 	}
+	harness.RecordHistory(t, s.Client, "shop-go", "processors_shop")
 	t.Logf("%d pages, %d items, %d batches", sum.Fetched, st.Items, campaignStatus(t, s, "shop-go").Batches)
 }
 
@@ -325,24 +326,31 @@ func TestProcessorAndFeedingNodeKilled(t *testing.T) {
 }
 
 // retriedBatches counts the batches of activity type activity, in the
-// campaign's runs from run on, that completed on an attempt after the
-// first.
+// ProcessBatch children of the campaign's runs from run on, that
+// completed on an attempt after the first.
 func retriedBatches(t *testing.T, s *harness.Stack, id, run, activity string) int {
 	t.Helper()
 	n := 0
-	types := map[int64]string{}
 	eachEvent(t, s, id, run, func(e *history.HistoryEvent) {
-		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
-			types[e.GetEventId()] = a.GetActivityType().GetName()
+		a := e.GetChildWorkflowExecutionStartedEventAttributes()
+		if a == nil {
+			return
 		}
-		if a := e.GetActivityTaskStartedEventAttributes(); a != nil && a.GetAttempt() > 1 && types[a.GetScheduledEventId()] == activity {
-			n++
-		}
+		types := map[int64]string{}
+		child := a.GetWorkflowExecution()
+		eachEvent(t, s, child.GetWorkflowId(), child.GetRunId(), func(e *history.HistoryEvent) {
+			if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
+				types[e.GetEventId()] = a.GetActivityType().GetName()
+			}
+			if a := e.GetActivityTaskStartedEventAttributes(); a != nil && a.GetAttempt() > 1 && types[a.GetScheduledEventId()] == activity {
+				n++
+			}
+		})
 	})
 	return n
 }
 
-// eachEvent calls fn on each history event of the campaign's runs from run
+// eachEvent calls fn on each history event of a workflow's runs from run
 // on, following continue-as-new.
 func eachEvent(t *testing.T, s *harness.Stack, id, run string, fn func(*history.HistoryEvent)) {
 	t.Helper()
@@ -363,8 +371,9 @@ func eachEvent(t *testing.T, s *harness.Stack, id, run string, fn func(*history.
 	}
 }
 
-// startedActivities counts the campaign's activities of a type that a
-// worker has started and not finished.
+// startedActivities counts the activities of a type that a worker has
+// started and not finished, in the campaign's running ProcessBatch
+// children.
 func startedActivities(t *testing.T, s *harness.Stack, id, activity string) int {
 	t.Helper()
 	d, err := s.Client.DescribeWorkflowExecution(bg, id, "")
@@ -372,9 +381,15 @@ func startedActivities(t *testing.T, s *harness.Stack, id, activity string) int 
 		t.Fatal(err)
 	}
 	n := 0
-	for _, a := range d.GetPendingActivities() {
-		if a.GetActivityType().GetName() == activity && a.GetState() == enums.PENDING_ACTIVITY_STATE_STARTED {
-			n++
+	for _, c := range d.GetPendingChildren() {
+		cd, err := s.Client.DescribeWorkflowExecution(bg, c.GetWorkflowId(), c.GetRunId())
+		if err != nil {
+			continue // it has just ended
+		}
+		for _, a := range cd.GetPendingActivities() {
+			if a.GetActivityType().GetName() == activity && a.GetState() == enums.PENDING_ACTIVITY_STATE_STARTED {
+				n++
+			}
 		}
 	}
 	return n
@@ -431,10 +446,12 @@ func repoRoot(t *testing.T) string {
 }
 
 // TestLargeBodiesStayUnderTheTaskLimit: pages of 60 KB, batches of 20 and
-// a window of 8 make a backlog whose leases, taken in one workflow task,
-// would carry 11 MB of bodies: the server refuses a task completion over
-// 4 MiB. The campaign must hold each task to its budget and complete,
-// every page processed once.
+// a window of 8 make a backlog of 24 MB of bodies, all leased at once.
+// Carried through the campaign's own history, they would overflow the
+// 4 MiB a workflow task may write (the server failed such tasks, and
+// terminated the campaign). Each batch runs in a ProcessBatch child: the
+// campaign's history never holds a body, no task fails, and every page is
+// processed once.
 //
 // A batch carries at most 512 KiB of bodies inline: the rest of its pages
 // come by reference, served by the node over HTTP (--metrics-addr), so
@@ -478,10 +495,17 @@ func TestLargeBodiesStayUnderTheTaskLimit(t *testing.T) {
 	wctx, wcancel := context.WithTimeout(bg, 3*time.Minute)
 	defer wcancel()
 	if err := r.Get(wctx, nil); err != nil {
-		t.Fatalf("campaign: %v (task failures: %d)", err, failedTasks(t, s, "sizes", r.GetRunID()))
+		t.Fatalf("campaign: %v (task failures: %q)", err, failedTasks(t, s, "sizes", r.GetRunID()))
 	}
-	if n := failedTasks(t, s, "sizes", r.GetRunID()); n > 0 {
-		t.Errorf("%d workflow tasks failed", n)
+	if failed := failedTasks(t, s, "sizes", r.GetRunID()); len(failed) > 0 {
+		t.Errorf("%d workflow tasks failed: %q", len(failed), failed)
+	}
+	d, err := s.Client.DescribeWorkflowExecution(bg, "sizes", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size := d.GetWorkflowExecutionInfo().GetHistorySizeBytes(); size > 2<<20 {
+		t.Errorf("the campaign's history holds %d bytes: bodies went through it", size)
 	}
 	st := processorStatus(t, s, "sizes")["sizes"]
 	if st.Processed != 400 || st.Items != 400 || st.Failed != 0 {
@@ -496,15 +520,26 @@ func TestLargeBodiesStayUnderTheTaskLimit(t *testing.T) {
 	t.Logf("%s of 400 items saw a body of 60 KB or more", byRef[0])
 }
 
-// failedTasks counts the workflow tasks that failed, in the campaign's
-// runs from run on.
-func failedTasks(t *testing.T, s *harness.Stack, id, run string) int {
+// failedTasks says why workflow tasks failed, or the campaign was
+// terminated, in its runs from run on and in their ProcessBatch children.
+func failedTasks(t *testing.T, s *harness.Stack, id, run string) []string {
 	t.Helper()
-	n := 0
-	eachEvent(t, s, id, run, func(e *history.HistoryEvent) {
-		if e.GetEventType() == enums.EVENT_TYPE_WORKFLOW_TASK_FAILED {
-			n++
+	var failed []string
+	var walk func(id string) func(e *history.HistoryEvent)
+	walk = func(id string) func(e *history.HistoryEvent) {
+		return func(e *history.HistoryEvent) {
+			if a := e.GetWorkflowTaskFailedEventAttributes(); a != nil {
+				failed = append(failed, fmt.Sprintf("%s: task failed (%s): %s", id, a.GetCause(), a.GetFailure().GetMessage()))
+			}
+			if a := e.GetWorkflowExecutionTerminatedEventAttributes(); a != nil {
+				failed = append(failed, id+": terminated: "+a.GetReason())
+			}
+			if a := e.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
+				c := a.GetWorkflowExecution()
+				eachEvent(t, s, c.GetWorkflowId(), c.GetRunId(), walk(c.GetWorkflowId()))
+			}
 		}
-	})
-	return n
+	}
+	eachEvent(t, s, id, run, walk(id))
+	return failed
 }
