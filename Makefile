@@ -112,10 +112,11 @@ dev: tools build
 
 # Histories are recorded once per release into workflows/testdata/$(HISTORY_SET)
 # and never written over: replay guards every release's runs.
-HISTORY_SET ?= v0.3.0
+HISTORY_SET ?= v0.4.0
 histories: tools
 	SPIDERPOOL_RECORD_HISTORIES=$(HISTORY_SET) $(GO) test -count=1 -run 'TestCrawlFetchesEveryPageExactlyOnce|TestReweightAndDrainMidCampaign|TestTemporalCLIStartsCampaignWithDefaults' ./tests/integration/
 	SPIDERPOOL_RECORD_HISTORIES=$(HISTORY_SET) $(GO) test -count=1 -run 'TestKilledNodeLosesNothing|TestDrainThenStop' ./tests/chaos/
+	SPIDERPOOL_RECORD_HISTORIES=$(HISTORY_SET) $(GO) test -count=1 -run 'TestGoProcessorItemsEqualTheShop' ./tests/processors/
 	$(GO) test -count=1 -run TestReplayRecordedHistories ./workflows/
 
 # The benchmark is its own module (bench/go.mod): Colly never enters spiderpool's.

@@ -50,8 +50,14 @@ func TestReplayRecordedHistories(t *testing.T) {
 				t.Fatalf("workflow ID of %s: %v", f, err)
 			}
 			history := readHistory(t, f)
+			// The run's own ID, as the workflow saw it: processor leases
+			// and children are named after it.
+			runID := history.GetEvents()[0].GetWorkflowExecutionStartedEventAttributes().GetOriginalExecutionRunId()
+			if runID == "" {
+				runID = "replay"
+			}
 			if err := r.ReplayWorkflowHistoryWithOptions(logger, history, worker.ReplayWorkflowHistoryOptions{
-				OriginalExecution: workflow.Execution{ID: strings.TrimSpace(string(id)), RunID: "replay"},
+				OriginalExecution: workflow.Execution{ID: strings.TrimSpace(string(id)), RunID: runID},
 			}); err != nil {
 				t.Fatalf("replay %s: %v", f, err)
 			}
