@@ -73,7 +73,7 @@ build:
 
 vet:
 	$(GO) vet ./...
-	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 image:
 	@test -n "$(ENGINE)" || { echo "make image needs docker or podman"; exit 1; }
