@@ -87,7 +87,7 @@ func (d *dispatcher) details(status string) string {
 		b.WriteString("\nprocessors:\n")
 	}
 	for _, p := range d.procs {
-		fmt.Fprintf(&b, "- %s (%s on %s): processed %d · items %d · failed %d · waiting %d · in flight %d\n",
+		fmt.Fprintf(&b, "- %s (%s on %s): processed %d · items %d · failed %d · waiting %d · batches in flight %d\n",
 			p.spec.Name, p.spec.Activity, p.spec.TaskQueue, p.counters.Processed, p.counters.Items,
 			p.counters.Failed, p.counters.Waiting, p.counters.InFlight)
 	}

@@ -355,7 +355,7 @@ func printStatus(w io.Writer, st campaign.Status) {
 	if len(st.Processors) > 0 {
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "PROCESSOR\tPROCESSED\tITEMS\tWAITING\tIN FLIGHT\tFAILED\tLAST ERROR")
+		fmt.Fprintln(tw, "PROCESSOR\tPROCESSED\tITEMS\tWAITING\tBATCHES IN FLIGHT\tFAILED\tLAST ERROR")
 		for _, p := range st.Processors {
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Name, p.Processed, p.Items, p.Waiting, p.InFlight, p.Failed, p.LastError)
 		}

@@ -178,7 +178,7 @@ func renderFrame(st campaign.Status, p progress, elapsed time.Duration, width in
 			idW, n.ID, n.State, weightText(n), bar(share, barW/2), 100*share, n.Fetched, n.InflightURLs))
 	}
 	for _, p := range st.Processors {
-		lines = append(lines, fmt.Sprintf("  processor %s: %d processed, %d items, %d waiting, %d in flight, %d failed",
+		lines = append(lines, fmt.Sprintf("  processor %s: %d processed, %d items, %d waiting, %d batches in flight, %d failed",
 			p.Name, p.Processed, p.Items, p.Waiting, p.InFlight, p.Failed))
 	}
 	for _, r := range st.Rejected {
