@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
@@ -26,6 +27,8 @@ type Control struct {
 	// SearchAttributes lists the custom search attributes the namespace
 	// has registered; nil means none are (the workflow upserts none).
 	SearchAttributes func(context.Context) ([]string, error)
+
+	processors sync.Map // campaign key -> []campaign.Processor
 }
 
 // Register names each activity as in package campaign.
@@ -107,10 +110,41 @@ func (c *Control) usableAttributes(ctx context.Context, campaignID string) []str
 // LeaseHosts leases what each host needs to stay busy and routes it to
 // the nodes with room.
 func (c *Control) LeaseHosts(ctx context.Context, req campaign.LeaseHostsRequest) (campaign.HostLease, error) {
-	return c.Store.LeaseHosts(ctx, store.HostLeaseParams{
+	lease, err := c.Store.LeaseHosts(ctx, store.HostLeaseParams{
 		CampaignKey: req.CampaignKey, Nodes: req.Nodes, BatchSize: req.BatchSize, Horizon: req.Horizon.D(),
 		TTL: req.TTL.D(), MaxPages: req.MaxPages, MinDelay: req.MinDelay.D(), Concurrency: req.Concurrency,
 	})
+	if err != nil {
+		return lease, err
+	}
+	lease.ProcessorsWaiting, err = c.processorsWaiting(ctx, req.CampaignKey)
+	return lease, err
+}
+
+// processorsWaiting counts the pages waiting for each of the campaign's
+// processors; nil for a campaign without any. A campaign's processors
+// never change, so they are looked up once.
+func (c *Control) processorsWaiting(ctx context.Context, key int64) (map[string]int, error) {
+	procs, ok := c.processors.Load(key)
+	if !ok {
+		spec, err := c.Store.CampaignSpec(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		procs, _ = c.processors.LoadOrStore(key, spec.Processors)
+	}
+	var out map[string]int
+	for _, p := range procs.([]campaign.Processor) {
+		n, err := c.Store.DeliveriesWaiting(ctx, key, p.Name, p.MaxPending+1)
+		if err != nil {
+			return nil, err
+		}
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[p.Name] = n
+	}
+	return out, nil
 }
 
 // LeaseBatch leases due URLs for a run started before LeaseHosts.

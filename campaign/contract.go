@@ -192,6 +192,10 @@ type HostLease struct {
 	More bool `json:"more,omitempty"`
 	// BudgetExhausted is set when MaxPages admits no more URLs.
 	BudgetExhausted bool `json:"budget_exhausted"`
+	// ProcessorsWaiting counts, per processor of the campaign, the pages
+	// waiting for it (up to its max_pending + 1): fetching holds back on
+	// it even while all of the processor's batches are out.
+	ProcessorsWaiting map[string]int `json:"processors_waiting,omitempty"`
 }
 
 // Size is the number of URLs in the lease.

@@ -115,6 +115,22 @@ func (s *Store) ReleaseDeliveries(ctx context.Context, campaignKey int64, proces
 	return int(tag.RowsAffected()), nil
 }
 
+// waitingSQL counts a processor's pages pending, up to $3.
+const waitingSQL = `
+	SELECT count(*) FROM (
+		SELECT 1 FROM deliveries
+		WHERE campaign = $1 AND processor = $2 AND state = 'pending'
+		LIMIT $3) w`
+
+// DeliveriesWaiting counts, up to countTo, a processor's pages pending.
+func (s *Store) DeliveriesWaiting(ctx context.Context, campaignKey int64, processor string, countTo int) (int, error) {
+	var n int
+	if err := s.pool.QueryRow(ctx, waitingSQL, campaignKey, processor, countTo).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count pages waiting for processor %s of campaign %d: %w", processor, campaignKey, err)
+	}
+	return n, nil
+}
+
 // LeaseDeliveries leases up to max pending pages to a processor under
 // lease, oldest first; asked again for the same lease (a retried call whose
 // answer was lost), it answers with the pages that lease holds. A body up
@@ -171,11 +187,7 @@ func (s *Store) LeaseDeliveries(ctx context.Context, campaignKey int64, processo
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, `
-			SELECT count(*) FROM (
-				SELECT 1 FROM deliveries
-				WHERE campaign = $1 AND processor = $2 AND state = 'pending'
-				LIMIT $3) w`, campaignKey, processor, countTo).Scan(&out.Waiting)
+		return tx.QueryRow(ctx, waitingSQL, campaignKey, processor, countTo).Scan(&out.Waiting)
 	})
 	if err != nil {
 		return DeliveryLease{}, fmt.Errorf("lease pages of campaign %d for processor %s: %w", campaignKey, processor, err)

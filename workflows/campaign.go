@@ -559,6 +559,7 @@ func (d *dispatcher) maybeLease() {
 		d.controlSucceeded(callLease)
 		d.lastLease = lease
 		d.frontierLeases++
+		d.processorsWaiting(lease.ProcessorsWaiting)
 		if lease.Size() == 0 {
 			// Stale if a batch finished meanwhile: it may have added links
 			// or freed its hosts.

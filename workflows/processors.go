@@ -110,6 +110,16 @@ func (d *dispatcher) processorsDone() bool {
 	return true
 }
 
+// processorsWaiting takes the pages waiting per processor that a frontier
+// lease counted (none in histories from before it did).
+func (d *dispatcher) processorsWaiting(waiting map[string]int) {
+	for _, p := range d.procs {
+		if n, ok := waiting[p.spec.Name]; ok {
+			p.counters.Waiting = n
+		}
+	}
+}
+
 // processorBacklog names a processor with max_pending pages waiting: the
 // frontier waits for it.
 func (d *dispatcher) processorBacklog() string {

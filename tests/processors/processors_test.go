@@ -325,6 +325,52 @@ func TestProcessorAndFeedingNodeKilled(t *testing.T) {
 	}
 }
 
+// TestProcessorDownHoldsFetchingBack: with the processor down from the
+// start, its first batches wait at its task queue, and the campaign stops
+// fetching once max_pending pages wait for it (counted by each frontier
+// lease, since no batch comes back to say so). Started later, the
+// processor takes every page, and the items are exactly the shop's.
+func TestProcessorDownHoldsFetchingBack(t *testing.T) {
+	s := harness.NewStack(t)
+	s.StartNode("a", 1)
+	// 20 ms a page, two at a time: the frontier's batches in flight are
+	// small beside what the shop has.
+	web, shop := shopWeb(t, 2000, 20*time.Millisecond)
+	queue := s.Name + ".products"
+	proc := productsOn(queue)
+	proc.MaxPending, proc.BatchSize, proc.Window = 100, 20, 2
+	spec := shopSpec(web, proc)
+	spec.Politeness.MaxConcurrencyPerHost = 2
+	r, err := s.Campaigns.Start(bg, "held", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "waiting for processor products"
+	harness.Eventually(t, 2*time.Minute, "the campaign "+want, func() bool {
+		st, err := s.Campaigns.Status(bg, "held")
+		return err == nil && st.State == want
+	})
+	var fetched int
+	fmt.Sscan(s.Strings(`SELECT count(*)::text FROM pages WHERE campaign = $1`, key(t, s, "held"))[0], &fetched)
+	if total := shop.Pages() + 1; fetched >= total/4 {
+		t.Errorf("%d of %d pages fetched when the campaign held back: it did not hold back for the processor", fetched, total)
+	}
+	cmd := exec.Command(harness.GoBinary(t, "./examples/shop-go"))
+	cmd.Env = []string{"PROCESSOR_QUEUE=" + queue}
+	s.StartCommand("shop-go", cmd)
+	ctx, cancel := context.WithTimeout(bg, 5*time.Minute)
+	defer cancel()
+	var sum campaign.Summary
+	if err := r.Get(ctx, &sum); err != nil {
+		t.Fatalf("campaign: %v", err)
+	}
+	equalTruth(t, shop, items(t, s, "held", "products"))
+	if pages := int64(shop.Pages() + 1); sum.Fetched != pages {
+		t.Errorf("fetched %d pages, want %d", sum.Fetched, pages)
+	}
+	t.Logf("held back at %d pages fetched (max_pending 100)", fetched)
+}
+
 // retriedBatches counts the batches of activity type activity, in the
 // ProcessBatch children of the campaign's runs from run on, that
 // completed on an attempt after the first.
