@@ -37,6 +37,7 @@ func (c *Control) Register(r interface {
 }) {
 	r.RegisterActivityWithOptions(c.StartCampaign, activity.RegisterOptions{Name: campaign.StartCampaignActivity})
 	r.RegisterActivityWithOptions(c.LeaseHosts, activity.RegisterOptions{Name: campaign.LeaseHostsActivity})
+	r.RegisterActivityWithOptions(c.AddURLs, activity.RegisterOptions{Name: campaign.AddURLsActivity})
 	r.RegisterActivityWithOptions(c.LeaseBatch, activity.RegisterOptions{Name: campaign.LeaseBatchActivity})
 	r.RegisterActivityWithOptions(c.ReleaseBatch, activity.RegisterOptions{Name: campaign.ReleaseBatchActivity})
 	r.RegisterActivityWithOptions(c.RefreshMembership, activity.RegisterOptions{Name: campaign.RefreshMembershipActivity})

@@ -398,9 +398,11 @@ type Summary struct {
 
 // Counters are the workflow's running totals, from batch results.
 type Counters struct {
-	// Seeds is how many seed URLs the start inserted; with Discovered, the
-	// URLs the campaign knows of.
-	Seeds      int64 `json:"seeds"`
+	// Seeds is how many seed URLs the start inserted; with Added and
+	// Discovered, the URLs the campaign knows of.
+	Seeds int64 `json:"seeds"`
+	// Added counts the new URLs add_urls updates stored.
+	Added      int64 `json:"added,omitempty"`
 	Leased     int64 `json:"leased"`
 	Fetched    int64 `json:"fetched"`
 	Failed     int64 `json:"failed"`

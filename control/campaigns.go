@@ -255,6 +255,12 @@ func (c *Campaigns) Resume(ctx context.Context, id string) (campaign.Status, err
 	return update[campaign.Status](ctx, c, id, campaign.Resume)
 }
 
+// AddURLs adds URLs to a running campaign (the add_urls update), at most
+// campaign.MaxAddURLs at a time, and says of each what became of it.
+func (c *Campaigns) AddURLs(ctx context.Context, id string, urls []string) (campaign.AddURLsResult, error) {
+	return update[campaign.AddURLsResult](ctx, c, id, campaign.AddURLs, campaign.AddURLsRequest{URLs: urls})
+}
+
 // Cancel asks the campaign to stop; batches in flight hand back what they
 // have not fetched.
 func (c *Campaigns) Cancel(ctx context.Context, id string) error {

@@ -72,6 +72,13 @@ func (u *NewURL) parent() *int64 {
 // and not counted: what is counted is rows inserted, the campaign's
 // "discovered".
 func (s *Store) InsertURLs(ctx context.Context, campaignKey int64, urls []NewURL) (int, error) {
+	inserted, err := s.InsertURLsNew(ctx, campaignKey, urls)
+	return len(inserted), err
+}
+
+// InsertURLsNew is InsertURLs saying which URLs were new: the
+// fingerprints of the rows it inserted.
+func (s *Store) InsertURLsNew(ctx context.Context, campaignKey int64, urls []NewURL) (map[int64]bool, error) {
 	urls = oneLinkPerURL(urls)
 	var inserted map[int64]bool
 	err := s.retry(ctx, func() error {
@@ -80,21 +87,20 @@ func (s *Store) InsertURLs(ctx context.Context, campaignKey int64, urls []NewURL
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("insert %d URLs for campaign %d: %w", len(urls), campaignKey, err)
+		return nil, fmt.Errorf("insert %d URLs for campaign %d: %w", len(urls), campaignKey, err)
 	}
-	n := len(inserted)
-	s.analyzeAsItGrows(n)
-	if n == len(urls) {
-		return n, nil // all new: none known to lower
+	s.analyzeAsItGrows(len(inserted))
+	if len(inserted) == len(urls) {
+		return inserted, nil // all new: none known to lower
 	}
 	// Only the links to URLs already known can lower a depth. A retry of
 	// its own, so that one does not run the insert again and count its
 	// rows as known.
 	known := slices.DeleteFunc(urls, func(u NewURL) bool { return inserted[int64(u.Fingerprint)] })
 	if err := s.retry(ctx, func() error { return s.takeShallowerLinks(ctx, campaignKey, known) }); err != nil {
-		return 0, fmt.Errorf("lower the depth of known URLs for campaign %d: %w", campaignKey, err)
+		return nil, fmt.Errorf("lower the depth of known URLs for campaign %d: %w", campaignKey, err)
 	}
-	return n, nil
+	return inserted, nil
 }
 
 // oneLinkPerURL keeps the link to each URL that InsertURLs should take:

@@ -303,6 +303,9 @@ func (d *dispatcher) registerHandlers() error {
 			return err
 		}
 	}
+	if err := d.registerAddURLs(); err != nil {
+		return err
+	}
 	for _, op := range []string{campaign.Pause, campaign.Resume} {
 		if err := workflow.SetUpdateHandler(ctx, op, func(ctx workflow.Context) (campaign.Status, error) {
 			_, err := d.apply(op, "", nil)

@@ -86,7 +86,7 @@ func (a *app) campaignCmd() *cobra.Command {
 		Short: "Start, inspect and steer crawl campaigns",
 	}
 	cmd.AddCommand(a.startCmd(), a.listCmd(), a.statusCmd(), a.watchCmd(),
-		a.pauseCmd(), a.resumeCmd(), a.reweightCmd(), a.drainCmd(), a.undrainCmd(),
+		a.addCmd(), a.pauseCmd(), a.resumeCmd(), a.reweightCmd(), a.drainCmd(), a.undrainCmd(),
 		a.cancelCmd(), a.retryFailedCmd(), a.exportCmd())
 	return cmd
 }
@@ -243,6 +243,8 @@ type Steered struct {
 	// Requeued and Restarted are retry-failed's.
 	Requeued  *int  `json:"requeued,omitempty"`
 	Restarted *bool `json:"restarted,omitempty"`
+	// Added is add's.
+	Added *campaign.AddURLsResult `json:"added,omitempty"`
 }
 
 func (a *app) cancelCmd() *cobra.Command {

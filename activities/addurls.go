@@ -1,0 +1,68 @@
+package activities
+
+import (
+	"context"
+
+	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/crawl"
+	"github.com/spiderpool/spiderpool/store"
+)
+
+// AddURLs checks the URLs an operator adds to a running campaign, as
+// seeds are checked (depth 0) and as links are scoped, stores the ones in
+// scope, and says of each whether it was new, known already, out of
+// scope or not a URL. Out-of-scope URLs are not stored.
+func (c *Control) AddURLs(ctx context.Context, req campaign.AddURLsActivityRequest) (campaign.AddURLsResult, error) {
+	var res campaign.AddURLsResult
+	spec, err := c.Store.CampaignSpec(ctx, req.CampaignKey)
+	if err != nil {
+		return res, err
+	}
+	scope, err := spec.CompileScope()
+	if err != nil {
+		return res, err
+	}
+	shardBy := crawl.ShardBy(spec.Scope.ShardBy)
+	var urls []store.NewURL
+	first := map[uint64]int{} // fingerprint -> index of its first mention
+	for i, raw := range req.URLs {
+		out := campaign.AddedURL{URL: raw}
+		u, err := crawl.Canonicalize(raw)
+		switch {
+		case err != nil:
+			out.Result, out.Reason = campaign.AddedInvalid, err.Error()
+		default:
+			out.Canonical = u.String
+			if v := scope.Check(u, 0); v != crawl.InScope {
+				out.Result, out.Reason = campaign.AddedOutOfScope, string(v)
+				break
+			}
+			if _, twice := first[u.Fingerprint()]; twice {
+				out.Result, out.Reason = campaign.AddedDuplicate, "given twice"
+				break
+			}
+			first[u.Fingerprint()] = i
+			urls = append(urls, store.NewURL{
+				Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: u.AsLinked,
+				ShardKey: crawl.ShardKey(u, shardBy),
+			})
+		}
+		res.URLs = append(res.URLs, out)
+	}
+	inserted, err := c.Store.InsertURLsNew(ctx, req.CampaignKey, urls)
+	if err != nil {
+		return res, err
+	}
+	for _, u := range urls {
+		r := &res.URLs[first[u.Fingerprint]]
+		if inserted[int64(u.Fingerprint)] {
+			r.Result = campaign.AddedNew
+		} else {
+			r.Result = campaign.AddedDuplicate
+		}
+	}
+	res.Count()
+	c.Log.Info("URLs added", "campaign", req.CampaignID, "new", res.New, "duplicate", res.Duplicate,
+		"out_of_scope", res.OutOfScope, "invalid", res.Invalid)
+	return res, nil
+}
