@@ -353,7 +353,7 @@ func keys(m map[string]int) []string {
 // a marker for each kind of control call (lease, membership, release,
 // ring-change write).
 const (
-	postgresOutage = 150 * time.Second
+	postgresOutage = 5 * time.Minute
 	outageRamp     = 65 * time.Second
 	retryEvery     = time.Minute
 	eventsPerTry   = 10
