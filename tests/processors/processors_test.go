@@ -179,6 +179,9 @@ func TestGoProcessorItemsEqualTheShop(t *testing.T) {
 		t.Errorf("%d page bodies kept after every page was processed", n)
 	}
 	harness.RecordHistory(t, s.Client, "shop-go", "processors_shop")
+	if child := busyChild(t, s, "shop-go"); child != "" {
+		harness.RecordHistory(t, s.Client, child, "processor_batch")
+	}
 	t.Logf("%d pages, %d items, %d batches", sum.Fetched, st.Items, campaignStatus(t, s, "shop-go").Batches)
 }
 
@@ -369,6 +372,31 @@ func TestProcessorDownHoldsFetchingBack(t *testing.T) {
 		t.Errorf("fetched %d pages, want %d", sum.Fetched, pages)
 	}
 	t.Logf("held back at %d pages fetched (max_pending 100)", fetched)
+}
+
+// busyChild is the workflow ID of a ProcessBatch child of the campaign's
+// latest run that carried more than one batch (its history is the
+// longest), or "" if it has no children.
+func busyChild(t *testing.T, s *harness.Stack, id string) string {
+	t.Helper()
+	d, err := s.Client.DescribeWorkflowExecution(bg, id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	best, most := "", 0
+	eachEvent(t, s, id, d.GetWorkflowExecutionInfo().GetExecution().GetRunId(), func(e *history.HistoryEvent) {
+		a := e.GetChildWorkflowExecutionStartedEventAttributes()
+		if a == nil {
+			return
+		}
+		n := 0
+		c := a.GetWorkflowExecution()
+		eachEvent(t, s, c.GetWorkflowId(), c.GetRunId(), func(*history.HistoryEvent) { n++ })
+		if n > most {
+			best, most = c.GetWorkflowId(), n
+		}
+	})
+	return best
 }
 
 // retriedBatches counts the batches of activity type activity, in the
