@@ -53,6 +53,13 @@ func (c *Control) AddURLs(ctx context.Context, req campaign.AddURLsActivityReque
 	if err != nil {
 		return res, err
 	}
+	fps := make([]int64, len(urls))
+	for i, u := range urls {
+		fps[i] = int64(u.Fingerprint)
+	}
+	if err := c.Store.RaisePriority(ctx, req.CampaignKey, fps, int16(req.Priority)); err != nil {
+		return res, err
+	}
 	for _, u := range urls {
 		r := &res.URLs[first[u.Fingerprint]]
 		if inserted[int64(u.Fingerprint)] {

@@ -13,10 +13,17 @@ const AddURLsActivity = "AddURLs"
 // and answer stay far below Temporal's payload limit.
 const MaxAddURLs = 5000
 
+// MaxPriority is the highest priority a URL can be added with.
+const MaxPriority = 1000
+
 // AddURLsRequest is the AddURLs update's argument, as the Temporal CLI
-// sends it: --input '{"urls": ["https://example.com/a"]}'.
+// sends it: --input '{"urls": ["https://example.com/a"], "priority": 10}'.
+// Priority (0..MaxPriority, default 0, every other URL's) puts the URLs
+// ahead of their host's pending URLs of lower priority; it raises the
+// priority of URLs already pending too.
 type AddURLsRequest struct {
-	URLs []string `json:"urls"`
+	URLs     []string `json:"urls"`
+	Priority int      `json:"priority,omitempty"`
 }
 
 // What an added URL turned out to be.
@@ -68,4 +75,5 @@ type AddURLsActivityRequest struct {
 	CampaignKey int64    `json:"campaign_key"`
 	CampaignID  string   `json:"campaign_id"`
 	URLs        []string `json:"urls"`
+	Priority    int      `json:"priority,omitempty"`
 }

@@ -255,10 +255,11 @@ func (c *Campaigns) Resume(ctx context.Context, id string) (campaign.Status, err
 	return update[campaign.Status](ctx, c, id, campaign.Resume)
 }
 
-// AddURLs adds URLs to a running campaign (the add_urls update), at most
-// campaign.MaxAddURLs at a time, and says of each what became of it.
-func (c *Campaigns) AddURLs(ctx context.Context, id string, urls []string) (campaign.AddURLsResult, error) {
-	return update[campaign.AddURLsResult](ctx, c, id, campaign.AddURLs, campaign.AddURLsRequest{URLs: urls})
+// AddURLs adds URLs to a running campaign (the add_urls update) with a
+// priority (0 for none), at most campaign.MaxAddURLs at a time, and says
+// of each what became of it.
+func (c *Campaigns) AddURLs(ctx context.Context, id string, urls []string, priority int) (campaign.AddURLsResult, error) {
+	return update[campaign.AddURLsResult](ctx, c, id, campaign.AddURLs, campaign.AddURLsRequest{URLs: urls, Priority: priority})
 }
 
 // Cancel asks the campaign to stop; batches in flight hand back what they

@@ -208,6 +208,25 @@ func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL
 	return inserted, nil
 }
 
+// RaisePriority gives the campaign's pending URLs among fingerprints at
+// least priority, so that their host's next lease takes them first.
+func (s *Store) RaisePriority(ctx context.Context, campaignKey int64, fingerprints []int64, priority int16) error {
+	if priority <= 0 || len(fingerprints) == 0 {
+		return nil
+	}
+	err := s.retry(ctx, func() error {
+		_, err := s.pool.Exec(ctx, `
+			UPDATE frontier SET priority = $3
+			WHERE campaign = $1 AND fingerprint = ANY($2) AND state = 'pending' AND priority < $3`,
+			campaignKey, fingerprints, priority)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("raise the priority of %d URLs of campaign %d: %w", len(fingerprints), campaignKey, err)
+	}
+	return nil
+}
+
 // readmittedReason is the one exclusion a shallower link undoes: being too
 // deep is a fact about the path that found a URL, not about the URL.
 const readmittedReason = string(crawl.TooDeep)
@@ -311,7 +330,7 @@ func (s *Store) Lease(ctx context.Context, p LeaseParams) (campaign.Lease, error
 				FROM unnest($7::bigint[]) AS h(id) CROSS JOIN LATERAL (
 					SELECT id, first_leased_at FROM frontier f
 					WHERE f.campaign = $1 AND f.host_id = h.id AND f.state = 'pending' AND f.next_attempt_at <= now()
-					ORDER BY f.depth, f.id
+					ORDER BY f.priority DESC, f.depth, f.id
 					LIMIT $2
 				) f
 				LIMIT $3
@@ -477,6 +496,9 @@ type ClaimedURL struct {
 	Failed string
 	// Kind is what it is fetched as: KindPage or KindRequisite.
 	Kind string
+	// Priority orders a batch's URLs, higher first (0 unless added with
+	// another).
+	Priority int16
 }
 
 // liveHolder is true of a frontier row f whose holder still renews: its
@@ -522,7 +544,7 @@ func (s *Store) Claim(ctx context.Context, campaignKey, leaseID int64, ids []int
 		WHERE f.id = c.id
 		RETURNING f.id, f.url, coalesce(f.found_as, ''), f.shard_key, f.depth, f.redirects, f.attempts - (c.taken AND NOT c.spent)::int,
 		          (extract(epoch FROM now() - coalesce(f.leased_at, now())) * 1000)::bigint,
-		          CASE WHEN c.spent THEN f.last_error ELSE '' END, f.kind`,
+		          CASE WHEN c.spent THEN f.last_error ELSE '' END, f.kind, f.priority`,
 		campaignKey, leaseID, ids, holder, node, ttl.Milliseconds(), campaign.DefaultMaxAttempts)
 	if err != nil {
 		return nil, fmt.Errorf("claim lease %d: %w", leaseID, err)
@@ -532,14 +554,15 @@ func (s *Store) Claim(ctx context.Context, campaignKey, leaseID int64, ids []int
 			c     ClaimedURL
 			ageMs int64
 		)
-		err := r.Scan(&c.ID, &c.URL, &c.FoundAs, &c.ShardKey, &c.Depth, &c.Redirects, &c.Attempts, &ageMs, &c.Failed, &c.Kind)
+		err := r.Scan(&c.ID, &c.URL, &c.FoundAs, &c.ShardKey, &c.Depth, &c.Redirects, &c.Attempts, &ageMs, &c.Failed, &c.Kind, &c.Priority)
 		c.LeaseAge = time.Duration(ageMs) * time.Millisecond
 		return c, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim lease %d: %w", leaseID, err)
 	}
-	slices.SortFunc(claimed, func(a, b ClaimedURL) int { return cmp.Compare(a.ID, b.ID) })
+	// Fetched in this order: higher priority first, then as found.
+	slices.SortFunc(claimed, func(a, b ClaimedURL) int { return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.ID, b.ID)) })
 	return claimed, nil
 }
 

@@ -399,22 +399,22 @@ func leaseRows(ctx context.Context, tx pgx.Tx, p HostLeaseParams, leaseID, budge
 		WITH want AS (
 			SELECT * FROM unnest($2::bigint[], $3::int[]) WITH ORDINALITY AS w(host_id, take, ord)
 		), cand AS (
-			SELECT f.id, f.fresh, row_number() OVER (ORDER BY want.ord, f.depth, f.id) AS ord
+			SELECT f.id, f.fresh, row_number() OVER (ORDER BY want.ord, f.priority DESC, f.depth, f.id) AS ord
 			FROM want CROSS JOIN LATERAL (
 				-- Under a page budget, URLs it already admitted (back from
 				-- retry backoff, or handed back) first: fresh ones may not
 				-- fit. Each part reads its index in order, and only as far
 				-- as the take: a sort would read every pending URL of the
 				-- host.
-				(SELECT id, depth, false AS fresh FROM frontier f
+				(SELECT id, priority, depth, false AS fresh FROM frontier f
 				 WHERE $4::bigint >= 0 AND f.campaign = $1 AND f.host_id = want.host_id AND f.state = 'pending'
 				   AND f.first_leased_at IS NOT NULL AND f.next_attempt_at <= now()
-				 ORDER BY f.depth, f.id LIMIT want.take)
+				 ORDER BY f.priority DESC, f.depth, f.id LIMIT want.take)
 				UNION ALL
-				(SELECT id, depth, first_leased_at IS NULL AS fresh FROM frontier f
+				(SELECT id, priority, depth, first_leased_at IS NULL AS fresh FROM frontier f
 				 WHERE f.campaign = $1 AND f.host_id = want.host_id AND f.state = 'pending' AND f.next_attempt_at <= now()
 				   AND ($4::bigint < 0 OR ($4::bigint > 0 AND f.first_leased_at IS NULL))
-				 ORDER BY f.depth, f.id LIMIT want.take)
+				 ORDER BY f.priority DESC, f.depth, f.id LIMIT want.take)
 				LIMIT want.take
 			) f
 		), picked AS (

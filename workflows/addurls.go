@@ -20,6 +20,8 @@ func (d *dispatcher) registerAddURLs() error {
 			return errors.New("urls: give at least one URL")
 		case len(r.URLs) > campaign.MaxAddURLs:
 			return fmt.Errorf("urls: %d URLs in one update, at most %d: send them in parts", len(r.URLs), campaign.MaxAddURLs)
+		case r.Priority < 0 || r.Priority > campaign.MaxPriority:
+			return fmt.Errorf("priority: %d is not in 0..%d", r.Priority, campaign.MaxPriority)
 		case d.cancelled || d.state == "finishing" || d.state == "cancelling":
 			return fmt.Errorf("campaign %s is %s: start a new one with these URLs as seeds", d.id, d.state)
 		}
@@ -41,7 +43,7 @@ func (d *dispatcher) registerAddURLs() error {
 		}
 		var res campaign.AddURLsResult
 		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, d.controlOptions()), campaign.AddURLsActivity,
-			campaign.AddURLsActivityRequest{CampaignKey: d.key, CampaignID: d.id, URLs: r.URLs}).Get(ctx, &res)
+			campaign.AddURLsActivityRequest{CampaignKey: d.key, CampaignID: d.id, URLs: r.URLs, Priority: r.Priority}).Get(ctx, &res)
 		if err != nil {
 			return res, fmt.Errorf("add %d URLs: %w", len(r.URLs), err)
 		}

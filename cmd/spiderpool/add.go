@@ -18,8 +18,9 @@ import (
 func (a *app) addCmd() *cobra.Command {
 	var asJSON bool
 	var file string
+	var priority int
 	cmd := &cobra.Command{
-		Use:   "add ID [URL...]",
+		Use:   "add ID [--priority P] [URL...]",
 		Short: "Add URLs to a running campaign, and say of each whether it was new",
 		Long: `Add URLs to a running campaign. Each is checked as a seed would be (depth 0)
 and scoped as a link would be: it is new (stored, and fetched once under the
@@ -29,11 +30,18 @@ URLs come from the arguments, from --file (one a line; "-" reads standard
 input), or both; blank lines and lines starting with # are skipped. They
 are sent in parts of ` + fmt.Sprint(campaign.MaxAddURLs) + `.
 
+--priority P (0..` + fmt.Sprint(campaign.MaxPriority) + `) puts them ahead of their host's pending URLs
+of lower priority (every URL is 0 unless added with another), and raises
+the priority of the ones already pending. Within one priority, shallower
+URLs go first. Hosts still take their turns: priority orders what a host
+fetches next, not which host goes first.
+
 Temporal CLI equivalent:
   temporal workflow update execute --workflow-id ID --name add_urls \
     --input '{"urls": ["https://example.com/a"]}'`,
 		Example: "  spiderpool campaign add my-crawl https://example.com/new https://example.com/other\n" +
 			"  spiderpool campaign add my-crawl --file urls.txt\n" +
+			"  spiderpool campaign add my-crawl --priority 10 https://example.com/breaking-news\n" +
 			"  grep -h '^http' *.txt | spiderpool campaign add my-crawl --file -",
 		Args: cobra.MinimumNArgs(1),
 		RunE: a.withCampaigns(func(ctx context.Context, cs *control.Campaigns, args []string) error {
@@ -52,7 +60,7 @@ Temporal CLI equivalent:
 			for len(urls) > 0 {
 				part := urls[:min(len(urls), campaign.MaxAddURLs)]
 				urls = urls[len(part):]
-				res, err := cs.AddURLs(ctx, args[0], part)
+				res, err := cs.AddURLs(ctx, args[0], part, priority)
 				if err != nil {
 					return err
 				}
@@ -72,6 +80,7 @@ Temporal CLI equivalent:
 			return nil
 		}),
 	}
+	cmd.Flags().IntVar(&priority, "priority", 0, "put these URLs ahead of their host's pending URLs of lower priority (0.."+fmt.Sprint(campaign.MaxPriority)+")")
 	cmd.Flags().StringVar(&file, "file", "", `read URLs from this file, one a line ("-": standard input)`)
 	jsonFlag(cmd, &asJSON)
 	return cmd

@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +104,100 @@ func TestAddURLsToARunningCampaign(t *testing.T) {
 	}
 	if wantPages := int64(2000 + 300); sum.Fetched != wantPages {
 		t.Errorf("fetched %d pages, want %d", sum.Fetched, wantPages)
+	}
+}
+
+// TestAddedURLsWithPriorityGoFirst is issue 15's acceptance 2: on a
+// politeness-bound site, URLs added with priority 10 mid-campaign are
+// fetched before every URL of the host that was pending when they were
+// added (at the same depth, and found before them), in the order the
+// site's access log saw the requests. The campaign
+// is paused while they are added, so that "pending then" is exact: no URL
+// is leased at that moment.
+func TestAddedURLsWithPriorityGoFirst(t *testing.T) {
+	web := startWeb(t, synthweb.Config{Hosts: 1, Pages: 800, Seed: 17})
+	s := harness.NewStack(t)
+	s.StartNode("a", 1)
+	id := "prio-" + s.Name
+	// Pages 0-299 are seeds, at depth 0 like added URLs: breadth-first
+	// order alone would take the added ones (found last) after them all.
+	// The added pages, 700-719, are linked only from pages 349-359, at
+	// depth 1: not fetched before every seed is.
+	spec := campaign.Spec{
+		Politeness: campaign.Politeness{MinDelay: campaign.Duration(20 * time.Millisecond), MaxConcurrencyPerHost: 1},
+	}
+	for i := range 300 {
+		spec.Seeds = append(spec.Seeds, web.URL(0, i))
+	}
+	if _, err := s.Campaigns.Start(bg, id, spec); err != nil {
+		t.Fatal(err)
+	}
+	count := func(q string) int {
+		var n int
+		fmt.Sscan(s.Strings(q, id)[0], &n)
+		return n
+	}
+	const inCampaign = `campaign = (SELECT key FROM campaigns WHERE id = $1)`
+	harness.Eventually(t, time.Minute, "30 pages fetched", func() bool {
+		return count(`SELECT count(*)::text FROM pages WHERE `+inCampaign) >= 30
+	})
+	if _, err := s.Campaigns.Pause(bg, id); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, time.Minute, "no URL leased once paused", func() bool {
+		return count(`SELECT count(*)::text FROM frontier WHERE state = 'leased' AND `+inCampaign) == 0
+	})
+	pendingThen := s.Strings(`SELECT url FROM frontier WHERE state = 'pending' AND `+inCampaign, id)
+	var added []string
+	for i := 700; i < 720; i++ {
+		added = append(added, web.URL(0, i))
+	}
+	res, err := s.Campaigns.AddURLs(bg, id, added, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.New != len(added) {
+		t.Fatalf("%d of the %d URLs added were new (%+v): the crawl knew them already, the test proves nothing", res.New, len(added), res)
+	}
+	if _, err := s.Campaigns.Resume(bg, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Campaigns.Result(bounded(t, 3*time.Minute), id); err != nil {
+		t.Fatalf("campaign: %v", err)
+	}
+
+	at := map[string]int{} // path -> its first request's place in the log
+	for i, r := range web.Log(web.Hosts()[0]) {
+		if _, seen := at[r.Path]; !seen {
+			at[r.Path] = i
+		}
+	}
+	path := func(raw string) string {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.RequestURI()
+	}
+	lastAdded, firstPending := -1, len(web.Log(web.Hosts()[0]))
+	for _, u := range added {
+		i, ok := at[path(u)]
+		if !ok {
+			t.Fatalf("added %s was never requested", u)
+		}
+		lastAdded = max(lastAdded, i)
+	}
+	for _, u := range pendingThen {
+		if i, ok := at[path(u)]; ok {
+			firstPending = min(firstPending, i)
+		}
+	}
+	t.Logf("%d URLs pending when 20 were added with priority 10: the added ones were requests up to #%d, the first of the others #%d",
+		len(pendingThen), lastAdded, firstPending)
+	if lastAdded > firstPending {
+		t.Errorf("an added URL was requested at #%d, after #%d, a URL of lower priority pending before it", lastAdded, firstPending)
+	}
+	if missing, dup := web.Tally(); missing != 0 || dup != 0 {
+		t.Errorf("%d pages never requested, %d more than once", missing, dup)
 	}
 }
