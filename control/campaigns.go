@@ -174,8 +174,13 @@ func (c *Campaigns) nodeUpdate(ctx context.Context, id, name, node string, req a
 		return ns, err
 	}
 	st, serr := c.Status(ctx, id)
-	if serr != nil || hasNode(st, node) {
-		return ns, err // rejected for another reason: the weight, say
+	if serr != nil {
+		return ns, err
+	}
+	if hasNode(st, node) {
+		// Rejected for another reason (the weight, say), or the campaign
+		// took the node between the update and the status: once more.
+		return update[campaign.NodeStatus](ctx, c, id, name, req)
 	}
 	if len(st.Nodes) > 0 {
 		return ns, fmt.Errorf("%s campaign %s: %w", name, id, &UnknownNodeError{Campaign: id, Node: node, Known: nodeIDs(st)})
