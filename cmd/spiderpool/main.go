@@ -91,7 +91,7 @@ func (a *app) workerCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := a.cfg.ValidateNode(); err != nil {
-				return err
+				return usageError(err)
 			}
 			node := workers.Node(a.cfg, a.logger())
 			if err := node.Err(); err != nil {

@@ -119,6 +119,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 			[]string{"spec.seeds: want a list", "spec.limits.max_depth: want an integer", `spec: unknown field "politness"`,
 				"spec.limits.max_pages: must be >= 0, got -5"}},
 		{"spec file missing", "", []string{"campaign", "start", "--spec", filepath.Join(t.TempDir(), "none.json")}, []string{"read spec"}},
+		{"worker without a node", "", []string{"worker"}, []string{"--node: node id must be 1..64 characters"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := spiderpool(t, tc.stdin, append(off, tc.args...)...)
