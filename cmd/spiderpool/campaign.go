@@ -27,13 +27,22 @@ func (a *app) openStore(ctx context.Context) (*store.Store, error) {
 	return st, unreachableError(err)
 }
 
+// dialTemporal connects to Temporal; failing that is exitUnreachable.
+func (a *app) dialTemporal(ctx context.Context) (client.Client, error) {
+	c, err := control.Dial(ctx, a.cfg, a.logger())
+	if err != nil {
+		return nil, unreachableError(err)
+	}
+	return c, nil
+}
+
 // campaigns dials Temporal (failing that is exitUnreachable); close the
 // client when done. Postgres is read only should a steering command name a
 // node the campaign does not know (control.Campaigns.Registry).
 func (a *app) campaigns(ctx context.Context) (*control.Campaigns, client.Client, error) {
-	c, err := control.Dial(ctx, a.cfg, a.logger())
+	c, err := a.dialTemporal(ctx)
 	if err != nil {
-		return nil, nil, unreachableError(err)
+		return nil, nil, err
 	}
 	return &control.Campaigns{Client: c, Queue: a.cfg.ControlQueue, Registry: lazyRegistry{a}}, c, nil
 }

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,6 +141,34 @@ func TestUnreachableExit3(t *testing.T) {
 	expect(t, r, exitUnreachable, "cannot reach Postgres at "+nowhere)
 	r = spiderpool(t, "", "campaign", "start", "--seed", "http://127.0.0.1:1/", "--temporal-address", nowhere, "--connect-timeout", "2s")
 	expect(t, r, exitUnreachable, "cannot reach Temporal at "+nowhere)
+}
+
+// TestWorkerUnreachableExit3: a node that cannot reach Postgres or
+// Temporal as it starts, refused or silent past --connect-timeout, is exit
+// 3 like every other command, and names the server it could not reach.
+func TestWorkerUnreachableExit3(t *testing.T) {
+	db := harness.NewDatabase(t)
+	refused, silent := closedAddr(t), silentAddr(t)
+	postgresAt := func(addr string) string { return "postgres://spiderpool@" + addr + "/spiderpool?sslmode=disable" }
+	for _, tc := range []struct {
+		name, databaseURL, temporalAddress string
+		wants                              []string
+		notNamed                           string
+	}{
+		{"Postgres refused", postgresAt(refused), silent, []string{"cannot reach Postgres at " + refused}, "Temporal"},
+		{"Postgres silent", postgresAt(silent), refused, []string{"cannot reach Postgres at " + silent, "no answer within 1s"}, "Temporal"},
+		{"Temporal refused", db, refused, []string{"cannot reach Temporal at " + refused}, "Postgres"},
+		{"Temporal silent", db, silent, []string{"cannot reach Temporal at " + silent, "no answer within 1s"}, "Postgres"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := spiderpool(t, "", "worker", "--node", "n1", "--database-url", tc.databaseURL,
+				"--temporal-address", tc.temporalAddress, "--connect-timeout", "1s")
+			expect(t, r, exitUnreachable, tc.wants...)
+			if strings.Contains(r.stderr, tc.notNamed) {
+				t.Errorf("stderr %q names %s, which was not tried or not at fault", r.stderr, tc.notNamed)
+			}
+		})
+	}
 }
 
 // stack is a test's Postgres database, control queue and three nodes, and
@@ -520,6 +549,17 @@ func workflowInput(t *testing.T, c client.Client, id string) []byte {
 		t.Fatalf("first event %v has %d inputs", ev.GetEventType(), len(payloads))
 	}
 	return payloads[0].GetData()
+}
+
+// silentAddr is an address that takes connections and never answers.
+func silentAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l.Addr().String()
 }
 
 func closedAddr(t *testing.T) string {
