@@ -115,6 +115,10 @@ var dsnPassword = regexp.MustCompile(`(?i)\b((?:ssl)?password\s*=\s*)('(?:[^'\\]
 func RedactDatabaseURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		// A key=value string, or a URL Go cannot parse (a bad port, a raw
+		// space in the password), shown as given: mask its passwords all
+		// the same.
+		raw = unparsedURLPassword.ReplaceAllString(raw, "${1}"+masked+"@")
 		return dsnPassword.ReplaceAllString(raw, "${1}"+masked)
 	}
 	if u.User != nil {
@@ -125,6 +129,10 @@ func RedactDatabaseURL(raw string) string {
 	u.RawQuery = queryPassword.ReplaceAllString(u.RawQuery, "${1}"+masked)
 	return u.String()
 }
+
+// unparsedURLPassword finds the password of postgres://user:password@,
+// to the last @: an unparsed password may hold one.
+var unparsedURLPassword = regexp.MustCompile(`(?is)^(\s*postgres(?:ql)?://[^:@/]*:).*@`)
 
 // queryPassword finds password= and sslpassword= in a URL's query.
 var queryPassword = regexp.MustCompile(`(?i)((?:^|&)(?:ssl)?password=)[^&]*`)

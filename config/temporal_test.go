@@ -248,6 +248,9 @@ func TestRedactDatabaseURL(t *testing.T) {
 		"host=h user=u password=pw sslmode=verify-full":                     "host=h user=u password=xxxxx sslmode=verify-full",
 		"host=h password='p w\\'x' dbname=d":                                "host=h password=xxxxx dbname=d",
 		"postgres://u@h/db?sslmode=disable":                                 "postgres://u@h/db?sslmode=disable",
+		"postgres://u:pw@h:notaport/db":                                     "postgres://u:xxxxx@h:notaport/db",
+		"postgres://u:p w@x@h/db?sslpassword=keypw":                         "postgres://u:xxxxx@h/db?sslpassword=xxxxx",
+		"postgres://u@h:notaport/db":                                        "postgres://u@h:notaport/db",
 	} {
 		if got := RedactDatabaseURL(in); got != want {
 			t.Errorf("RedactDatabaseURL(%q) = %q, want %q", in, got, want)
