@@ -1,7 +1,9 @@
 package activities
 
 import (
+	"bufio"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -20,7 +22,8 @@ const BodyPath = "/v1/bodies/"
 
 // LeaseDeliveries leases the next batch of pages for a processor and
 // builds the request its activity gets: bodies inline up to the
-// processor's limit, by reference above it.
+// processor's limit, by reference above it, or all by reference when the
+// processor asks so and a node serves bodies.
 func (c *Control) LeaseDeliveries(ctx context.Context, req campaign.DeliveryLeaseRequest) (campaign.DeliveryLease, error) {
 	spec, err := c.Store.CampaignSpec(ctx, req.CampaignKey)
 	if err != nil {
@@ -36,8 +39,15 @@ func (c *Control) LeaseDeliveries(ctx context.Context, req campaign.DeliveryLeas
 			return campaign.DeliveryLease{}, err
 		}
 	}
-	lease, err := c.Store.LeaseDeliveries(ctx, req.CampaignKey, p.Name, req.Lease, p.BatchSize, p.InlineBodyLimit,
-		campaign.MaxInlineBatchBytes, p.MaxPending+1)
+	servers, err := c.Store.BodyServers(ctx)
+	if err != nil {
+		return campaign.DeliveryLease{}, err
+	}
+	inline, batchBytes := p.InlineBodyLimit, int64(campaign.MaxInlineBatchBytes)
+	if p.Bodies == campaign.BodiesReference && len(servers) > 0 {
+		inline, batchBytes = 0, 0
+	}
+	lease, err := c.Store.LeaseDeliveries(ctx, req.CampaignKey, p.Name, req.Lease, p.BatchSize, inline, batchBytes, p.MaxPending+1)
 	if err != nil {
 		return campaign.DeliveryLease{}, err
 	}
@@ -45,7 +55,6 @@ func (c *Control) LeaseDeliveries(ctx context.Context, req campaign.DeliveryLeas
 		Request: campaign.ProcessRequest{Campaign: req.CampaignID, Processor: p.Name},
 		Waiting: lease.Waiting,
 	}
-	var servers []string
 	for _, lp := range lease.Pages {
 		page := campaign.ProcessPage{
 			Key: store.PageKey(req.CampaignID, lp.ID), URL: lp.URL, FinalURL: lp.FinalURL, Depth: lp.Depth,
@@ -53,16 +62,16 @@ func (c *Control) LeaseDeliveries(ctx context.Context, req campaign.DeliveryLeas
 			Body: lp.Body, BodyLength: lp.Length,
 		}
 		if lp.Body == nil && lp.Length > 0 {
-			if servers == nil {
-				if servers, err = c.Store.BodyServers(ctx); err != nil {
-					return campaign.DeliveryLease{}, err
-				}
-			}
-			ref := &campaign.BodyRef{SHA256: lp.SHA256}
+			ref := &campaign.BodyRef{SHA256: lp.SHA256, Token: lp.Token}
 			for _, addr := range servers {
 				ref.URLs = append(ref.URLs, "http://"+addr+BodyPath+lp.Token)
 			}
 			page.BodyRef = ref
+			if out.Request.BodyServers == nil {
+				for _, addr := range servers {
+					out.Request.BodyServers = append(out.Request.BodyServers, "http://"+addr+BodyPath)
+				}
+			}
 		}
 		out.Request.Pages = append(out.Request.Pages, page)
 		out.IDs = append(out.IDs, lp.ID)
@@ -188,9 +197,15 @@ func (c *Control) processorLinks(ctx context.Context, req campaign.StoreProcesse
 }
 
 // BodyHandler serves the page bodies processors get by reference, from
-// Postgres, so any live node serves any body.
+// Postgres, so any live node serves any body: GET BodyPath + token for
+// one, or POST BodyPath a JSON array of tokens for many in one answer
+// (see campaign.ProcessRequest.BodyServers).
 func BodyHandler(st *store.Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == BodyPath {
+			serveBodies(st, w, r)
+			return
+		}
 		token := r.URL.Path[len(BodyPath):]
 		body, ctype, err := st.Body(r.Context(), token)
 		switch {
@@ -207,6 +222,43 @@ func BodyHandler(st *store.Store) http.Handler {
 		w.Header().Set("Content-Length", fmt.Sprint(len(body)))
 		w.Write(body)
 	})
+}
+
+// serveBodies answers a POST of tokens with their bodies, each framed as
+// "<token> <length>\n" and its bytes, in the order asked.
+func serveBodies(st *store.Store, w http.ResponseWriter, r *http.Request) {
+	var tokens []string
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&tokens); err != nil {
+		http.Error(w, "want a JSON array of body tokens: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if len(tokens) > campaign.MaxBodiesPerRequest {
+		http.Error(w, fmt.Sprintf("%d tokens: at most %d in one request", len(tokens), campaign.MaxBodiesPerRequest), http.StatusBadRequest)
+		return
+	}
+	for i, t := range tokens {
+		if _, err := hex.DecodeString(t); err != nil || t == "" {
+			http.Error(w, fmt.Sprintf("token %d, %q: want the hex token of a body reference", i, t), http.StatusBadRequest)
+			return
+		}
+	}
+	bodies, err := st.Bodies(r.Context(), tokens)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	bw := bufio.NewWriterSize(w, 64<<10)
+	for _, t := range tokens {
+		body, ok := bodies[t]
+		if !ok {
+			fmt.Fprintf(bw, "%s -1\n", t)
+			continue
+		}
+		fmt.Fprintf(bw, "%s %d\n", t, len(body))
+		bw.Write(body)
+	}
+	bw.Flush()
 }
 
 // forProcessors is what a fetched page keeps for the processors that want

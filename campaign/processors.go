@@ -42,6 +42,13 @@ type Processor struct {
 	// up, so a slow or stopped processor slows the crawl down instead of
 	// piling pages up. Default 2000.
 	MaxPending int `json:"max_pending"`
+	// Bodies is how bodies travel: "inline" (the default) sends each body
+	// up to InlineBodyLimit inside the request, so Temporal carries it;
+	// "reference" sends every body by reference (Page.BodyRef), to be got
+	// from the nodes, all of a batch in one request (BodyServers), so
+	// Temporal carries only the pages' metadata. "reference" needs nodes
+	// that serve bodies (--metrics-addr); without any, bodies go inline.
+	Bodies string `json:"bodies"`
 	// InlineBodyLimit is the largest body sent inside the request; a
 	// larger one is sent by reference (Page.BodyRef). Default 256 KiB,
 	// at most 512 KiB, the most a batch carries inline.
@@ -73,10 +80,19 @@ const (
 	DefaultInlineBodyLimit     = 256 << 10
 	MaxInlineBodyLimit         = 512 << 10
 	// MaxInlineBatchBytes caps the bodies inline in one batch. A batch's
-	// bodies are in the campaign's history twice (the lease's result, the
-	// processor's input), and the workflow holds each of its tasks to a
-	// budget (see workflows), well under the 4 MiB a task may send.
+	// bodies are in its ProcessBatch child's history twice (the lease's
+	// result, the processor's input), each a payload that the SDK warns
+	// about past 512 KiB.
 	MaxInlineBatchBytes = 512 << 10
+)
+
+// MaxBodiesPerRequest bounds the tokens of one request to BodyServers.
+const MaxBodiesPerRequest = 1000
+
+// How a processor's bodies travel (Processor.Bodies).
+const (
+	BodiesInline    = "inline"
+	BodiesReference = "reference"
 )
 
 var processorName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
@@ -139,6 +155,13 @@ func (s *Spec) normalizeProcessors(add func(error)) {
 		inRange("batch_size", &p.BatchSize, DefaultProcessorBatch, 1, 1000)
 		inRange("window", &p.Window, DefaultProcessorWindow, 1, 64)
 		inRange("max_pending", &p.MaxPending, DefaultProcessorMaxPending, 1, 1_000_000)
+		switch p.Bodies {
+		case "":
+			p.Bodies = BodiesInline
+		case BodiesInline, BodiesReference:
+		default:
+			add(fieldErr(field("bodies"), "want %q or %q, got %q", BodiesInline, BodiesReference, p.Bodies))
+		}
 		if p.InlineBodyLimit == 0 {
 			p.InlineBodyLimit = DefaultInlineBodyLimit
 		}
@@ -277,6 +300,12 @@ type ProcessRequest struct {
 	// Processor is the processor's name in the spec.
 	Processor string        `json:"processor"`
 	Pages     []ProcessPage `json:"pages"`
+	// BodyServers are the nodes' body endpoints: POST one of them a JSON
+	// array of tokens (BodyRef.Token) and it answers with those bodies, in
+	// that order, each as a line "<token> <length>\n" and then length bytes
+	// (length -1, and no bytes, for a body it does not have). A client may
+	// as well GET each BodyRef's URLs.
+	BodyServers []string `json:"body_servers,omitempty"`
 }
 
 // ProcessPage is one fetched page as a processor gets it.
@@ -304,13 +333,15 @@ type ProcessPage struct {
 	BodyLength int64 `json:"body_length"`
 }
 
-// BodyRef is where a body too large to send inline is served: GET any of
-// URLs (nodes serving the campaign's bodies, by their metrics address)
-// with the token; the first that answers 200 gives the bytes. A body is
-// kept until every processor that wants it has taken its page.
+// BodyRef is where a body not sent inline is served: GET any of URLs
+// (nodes serving the campaign's bodies, by their metrics address); the
+// first that answers 200 gives the bytes. A body is kept until every
+// processor that wants it has taken its page.
 type BodyRef struct {
 	URLs   []string `json:"urls"`
 	SHA256 string   `json:"sha256"`
+	// Token names the body at the BodyServers of its request.
+	Token string `json:"token,omitempty"`
 }
 
 // ProcessResult is what a processor returns for a batch.

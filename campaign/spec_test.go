@@ -85,6 +85,8 @@ func TestBadSpecsNameTheField(t *testing.T) {
 		{`{"seeds":["http://a/"],"retry":{"backoff_coefficient":0.5}}`, "spec.retry.backoff_coefficient", "must be 1..100"},
 		{`{"seeds":["http://a/"],"nodes":["ok","bad id"]}`, "spec.nodes[1]", "may hold only"},
 		{`{"seeds":["http://a/"],"dispatch":{"batch_size":100000}}`, "spec.dispatch.batch_size", "must be 1..5000"},
+		{`{"seeds":["http://a/"],"processors":[{"name":"p","task_queue":"q","activity":"a","bodies":"inlined"}]}`,
+			"spec.processors[0].bodies", `want "inline" or "reference", got "inlined"`},
 		{`[1,2]`, "spec", "want a JSON object"},
 	} {
 		_, err := normalize(t, tc.doc)

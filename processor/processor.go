@@ -17,6 +17,8 @@
 package processor
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -28,6 +30,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -158,11 +161,16 @@ func (e *Element) ChildAttr(selector, name string) string {
 // again; PageError fails only its page, at once.
 func (p *Processor) Process(ctx context.Context, req campaign.ProcessRequest) (campaign.ProcessResult, error) {
 	out := campaign.ProcessResult{Pages: make([]campaign.PageResult, 0, len(req.Pages))}
+	fetchedTo := 0 // bodies by reference are fetched up to here
 	for i := range req.Pages {
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
+		if i >= fetchedTo {
+			fetchedTo = p.fetchBodies(ctx, req, i)
+		}
 		pg := &Page{ProcessPage: req.Pages[i]}
+		req.Pages[i].Body = nil // the page holds it now, and drops it when done
 		err := p.page(ctx, pg)
 		var pe *PageError
 		switch {
@@ -226,6 +234,105 @@ func isHTML(contentType string) bool {
 	return strings.HasPrefix(ct, "text/html") || strings.HasPrefix(ct, "application/xhtml+xml")
 }
 
+// bulkBodyBytes bounds the bodies fetched in one request.
+const bulkBodyBytes = 8 << 20
+
+// fetchBodies gets, in one request to a body server, the bodies sent by
+// reference of the pages from i on, up to bulkBodyBytes, and puts them in
+// the request. It returns the index of the first page it did not cover.
+// A body it could not get is left for fetchBody, page by page, which
+// reports why.
+func (p *Processor) fetchBodies(ctx context.Context, req campaign.ProcessRequest, i int) int {
+	var tokens []string
+	var want []int
+	end, size := i, int64(0)
+	for ; end < len(req.Pages) && len(tokens) < campaign.MaxBodiesPerRequest; end++ {
+		pg := &req.Pages[end]
+		if pg.Body != nil || pg.BodyRef == nil || pg.BodyRef.Token == "" {
+			continue
+		}
+		if size > 0 && size+pg.BodyLength > bulkBodyBytes {
+			break
+		}
+		size += pg.BodyLength
+		tokens = append(tokens, pg.BodyRef.Token)
+		want = append(want, end)
+	}
+	if len(tokens) < 2 {
+		return end // one body (or none): fetchBody gets it
+	}
+	for _, server := range req.BodyServers {
+		bodies, err := p.postBodies(ctx, server, tokens)
+		if err != nil {
+			p.log.Warn("bodies by reference: a node failed; trying the next", "node", server, "error", err)
+			continue
+		}
+		for _, k := range want {
+			pg := &req.Pages[k]
+			if body, ok := bodies[pg.BodyRef.Token]; ok && sha256Hex(body) == pg.BodyRef.SHA256 {
+				pg.Body = body
+			}
+		}
+		break
+	}
+	return end
+}
+
+// postBodies asks server for the bodies tokens name (see
+// campaign.ProcessRequest.BodyServers).
+func (p *Processor) postBodies(ctx context.Context, server string, tokens []string) (map[string][]byte, error) {
+	payload, err := json.Marshal(tokens)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, server, bytes.NewReader(payload))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := p.bodies.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("POST %s: %s: %s", server, resp.Status, bytes.TrimSpace(msg))
+	}
+	return readBodies(bufio.NewReader(resp.Body), len(tokens))
+}
+
+// readBodies reads n framed bodies: "<token> <length>\n" and length bytes,
+// or "<token> -1\n" for one the server does not have.
+func readBodies(r *bufio.Reader, n int) (map[string][]byte, error) {
+	out := make(map[string][]byte, n)
+	for range n {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return nil, fmt.Errorf("bodies: read a frame header: %w", err)
+		}
+		token, length, ok := strings.Cut(strings.TrimSuffix(line, "\n"), " ")
+		size, err := strconv.ParseInt(length, 10, 64)
+		if !ok || err != nil || size < -1 || size > 1<<31 {
+			return nil, fmt.Errorf("bodies: bad frame header %q", line)
+		}
+		if size < 0 {
+			continue
+		}
+		body := make([]byte, size)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return nil, fmt.Errorf("bodies: body of %s: %w", token, err)
+		}
+		out[token] = body
+	}
+	return out, nil
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
 // fetchBody gets a body sent by reference from the first node that has
 // it, and checks its digest.
 func (p *Processor) fetchBody(ctx context.Context, ref *campaign.BodyRef) ([]byte, error) {
@@ -247,8 +354,7 @@ func (p *Processor) fetchBody(ctx context.Context, ref *campaign.BodyRef) ([]byt
 			errs = append(errs, fmt.Errorf("GET %s: %s %v", u, resp.Status, err))
 			continue
 		}
-		sum := sha256.Sum256(body)
-		if got := hex.EncodeToString(sum[:]); got != ref.SHA256 {
+		if got := sha256Hex(body); got != ref.SHA256 {
 			errs = append(errs, fmt.Errorf("GET %s: sha256 %s, want %s", u, got, ref.SHA256))
 			continue
 		}

@@ -429,6 +429,27 @@ func (s *Store) Body(ctx context.Context, token string) ([]byte, string, error) 
 	return body, ctype, nil
 }
 
+// Bodies returns the kept bodies that tokens name, by token; a token that
+// names none is left out.
+func (s *Store) Bodies(ctx context.Context, tokens []string) (map[string][]byte, error) {
+	rows, err := s.pool.Query(ctx, `SELECT token, body FROM page_bodies WHERE token = ANY($1)`, tokens)
+	if err != nil {
+		return nil, fmt.Errorf("bodies: %w", err)
+	}
+	out := make(map[string][]byte, len(tokens))
+	var token string
+	var body []byte
+	_, err = pgx.ForEachRow(rows, []any{&token, &body}, func() error {
+		out[token] = body
+		body = nil
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bodies: %w", err)
+	}
+	return out, nil
+}
+
 // PageKey is a page's idempotency key for processors: the campaign ID and
 // the page's frontier row, which never changes.
 func PageKey(campaignID string, id int64) string { return campaignID + "/" + strconv.FormatInt(id, 10) }

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -54,5 +55,35 @@ func TestResetReleasesOnlyOtherRunsLeases(t *testing.T) {
 	}
 	if held := lease(newRun, 1); len(held) != 3 || held[0] != mine[0] {
 		t.Errorf("the run's own first lease holds %v after the reset, want %v", held, mine)
+	}
+}
+
+// TestBodiesByTokens: one query returns the kept bodies of many tokens, and
+// leaves out a token that names none.
+func TestBodiesByTokens(t *testing.T) {
+	s := harness.OpenStore(t)
+	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 3)
+	if _, err := s.Pool().Exec(ctx, `
+		INSERT INTO page_bodies (url_id, campaign, final_url, status, headers, fetched_at, body, sha256, token)
+		SELECT id, campaign, url, 200, '{}', now(), convert_to('body ' || id, 'UTF8'), '', 'ab' || id FROM frontier WHERE campaign = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	if err := s.Pool().QueryRow(ctx, `SELECT array_agg(id ORDER BY id) FROM frontier WHERE campaign = $1`, key).Scan(&ids); err != nil {
+		t.Fatal(err)
+	}
+	tokens := []string{fmt.Sprintf("ab%d", ids[2]), "ffff", fmt.Sprintf("ab%d", ids[0])}
+	got, err := s.Bodies(ctx, tokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{tokens[0]: fmt.Sprintf("body %d", ids[2]), tokens[2]: fmt.Sprintf("body %d", ids[0])}
+	if len(got) != len(want) {
+		t.Errorf("got %d bodies, want %d", len(got), len(want))
+	}
+	for tok, body := range want {
+		if string(got[tok]) != body {
+			t.Errorf("body of %s: %q, want %q", tok, got[tok], body)
+		}
 	}
 }
