@@ -19,6 +19,7 @@ import (
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/config"
@@ -262,8 +263,10 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 // still exactly the shop's products.
 func TestProcessorAndFeedingNodeKilled(t *testing.T) {
 	s := harness.NewStack(t)
-	s.StartNodeProcess("a", 1)
-	victim := s.StartNodeProcess("b", 1)
+	// Both nodes serve bodies, which go by reference: the dead node's
+	// references fail over to the live one.
+	s.StartNodeProcess("a", 1, "--metrics-addr", "127.0.0.1:0")
+	victim := s.StartNodeProcess("b", 1, "--metrics-addr", "127.0.0.1:0")
 	web, shop := shopWeb(t, 2000, 10*time.Millisecond)
 	queue := s.Name + ".products"
 	// The example's extraction, 20 ms a page: a batch of 50 takes a
@@ -274,7 +277,9 @@ func TestProcessorAndFeedingNodeKilled(t *testing.T) {
 		return s.StartCommand(name, cmd)
 	}
 	first := startProcessor("shop-go-1")
-	spec := shopSpec(web, productsOn(queue))
+	products := productsOn(queue)
+	products.Bodies = campaign.BodiesReference
+	spec := shopSpec(web, products)
 	spec.Politeness.MaxConcurrencyPerHost = 2
 	spec.Dispatch.HeartbeatTimeout = campaign.Duration(3 * time.Second)
 	spec.Dispatch.LeaseTTL = campaign.Duration(10 * time.Second)
@@ -316,6 +321,10 @@ func TestProcessorAndFeedingNodeKilled(t *testing.T) {
 		t.Errorf("fetched %d, processor status %+v: want %d fetched and processed", sum.Fetched, st, pages)
 	}
 	again := retriedBatches(t, s, "chaos", r.GetRunID(), "products")
+	if inline, byRef, servers := bodiesSent(t, s, "chaos", r.GetRunID(), "products"); inline != 0 || byRef == 0 || servers != 2 {
+		t.Errorf("the processor's inputs had %d bodies inline and %d by reference, from %d body servers: want all by reference, from 2",
+			inline, byRef, servers)
+	}
 	missing, dup := web.Tally()
 	t.Logf("processor killed at %d pages processed, node at %d fetched; %d batches ran again after a lost attempt; "+
 		"%d pages never requested, %d requested twice (at-least-once for the dead node's in-flight URLs)",
@@ -422,6 +431,39 @@ func retriedBatches(t *testing.T, s *harness.Stack, id, run, activity string) in
 		})
 	})
 	return n
+}
+
+// bodiesSent counts the non-empty bodies the processor's activities got
+// inline and by reference, and the most body servers a batch named.
+func bodiesSent(t *testing.T, s *harness.Stack, id, run, activity string) (inline, byRef, servers int) {
+	t.Helper()
+	eachEvent(t, s, id, run, func(e *history.HistoryEvent) {
+		a := e.GetChildWorkflowExecutionStartedEventAttributes()
+		if a == nil {
+			return
+		}
+		child := a.GetWorkflowExecution()
+		eachEvent(t, s, child.GetWorkflowId(), child.GetRunId(), func(e *history.HistoryEvent) {
+			a := e.GetActivityTaskScheduledEventAttributes()
+			if a == nil || a.GetActivityType().GetName() != activity {
+				return
+			}
+			var req campaign.ProcessRequest
+			if err := converter.GetDefaultDataConverter().FromPayloads(a.GetInput(), &req); err != nil {
+				t.Fatal(err)
+			}
+			servers = max(servers, len(req.BodyServers))
+			for _, pg := range req.Pages {
+				switch {
+				case len(pg.Body) > 0:
+					inline++
+				case pg.BodyRef != nil:
+					byRef++
+				}
+			}
+		})
+	})
+	return inline, byRef, servers
 }
 
 // eachEvent calls fn on each history event of a workflow's runs from run
