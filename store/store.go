@@ -42,7 +42,7 @@ type Store struct {
 func Open(ctx context.Context, url string, maxConns int32, timeout time.Duration) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("database URL %q is not valid: %w", redact(url), err)
+		return nil, fmt.Errorf("database URL %q is not valid: %w", config.RedactDatabaseURL(url), err)
 	}
 	where := Where(cfg.ConnConfig.Config)
 	if maxConns > 0 {
@@ -84,15 +84,6 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Close releases all connections.
 func (s *Store) Close() { s.pool.Close() }
-
-func redact(url string) string {
-	if i := strings.Index(url, "@"); i >= 0 {
-		if j := strings.Index(url, "://"); j >= 0 && j < i {
-			return url[:j+3] + "…" + url[i:]
-		}
-	}
-	return url
-}
 
 func unwrapConnect(err error) error {
 	var ce *pgconn.ConnectError

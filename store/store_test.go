@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -450,5 +451,20 @@ func TestClaimChargesOnlyWhatItTakes(t *testing.T) {
 	}
 	if got := []int{attempts(all[0]), attempts(all[1]), attempts(all[2])}; !slices.Equal(got, []int{1, 0, 0}) {
 		t.Fatalf("attempts fetched, handed back, excluded = %v, want [1 0 0]", got)
+	}
+}
+
+// TestInvalidDatabaseURLHidesItsPassword: a URL that does not parse is
+// named in the error, its password masked, in URL and key=value forms.
+func TestInvalidDatabaseURLHidesItsPassword(t *testing.T) {
+	for _, url := range []string{
+		"postgres://u:hunter2@h:notaport/db",
+		"host=h password=hunter2 port=x",
+		"postgres://u@h:notaport/db?password=hunter2",
+	} {
+		_, err := store.Open(ctx, url, 1, time.Second)
+		if err == nil || !strings.Contains(err.Error(), "is not valid") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("Open(%q): %v, want it not valid, without the password", url, err)
+		}
 	}
 }
