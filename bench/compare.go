@@ -34,6 +34,8 @@ type compareRun struct {
 	// ProcessorRatio is median(spiderpool with a no-op processor pages/s)
 	// / median(spiderpool pages/s), measured in the same pairs.
 	ProcessorRatio float64 `json:"processor_ratio,omitempty"`
+	// Processor is the no-op processor's settings.
+	Processor string `json:"processor,omitempty"`
 }
 
 type benchPair struct {
@@ -180,8 +182,9 @@ func runCompare(args []string) error {
 	fmt.Printf("\nmedian pages/s: spiderpool %.0f, Colly %.0f; spiderpool/Colly = %.2f\n", median(sp), median(co), cr.Ratio)
 	if len(pr) > 0 {
 		cr.ProcessorRatio = median(pr) / median(sp)
-		fmt.Printf("median pages/s with a no-op processor (batch %d, window %d): %.0f; with/without = %.2f\n",
-			noopProcessor.BatchSize, noopProcessor.Window, median(pr), cr.ProcessorRatio)
+		cr.Processor = noopSettings()
+		fmt.Printf("median pages/s with a no-op processor (%s): %.0f; with/without = %.2f\n",
+			cr.Processor, median(pr), cr.ProcessorRatio)
 	}
 	r := loadResults(*out)
 	r.Compare = cr

@@ -33,7 +33,11 @@ func readme(args []string) error {
 		}
 		fmt.Fprintf(&b, "\nspiderpool/Colly pages/s, medians: **%.2f**.\n\n", c.Ratio)
 		if c.ProcessorRatio > 0 {
-			b.WriteString("**With a processor**: the same crawl with every page also sent to a no-op processor (batch 200, window 8), in the same pairs.\n\n| pair | spiderpool pages/s | with the processor | duplicates |\n|---|---|---|---|\n")
+			settings := c.Processor
+			if settings == "" {
+				settings = "batch 200, window 8, bodies inline" // results from before the settings were recorded
+			}
+			fmt.Fprintf(&b, "**With a processor**: the same crawl with every page also sent to a no-op processor (%s), in the same pairs.\n\n| pair | spiderpool pages/s | with the processor | duplicates |\n|---|---|---|---|\n", settings)
 			for i, p := range c.Pairs {
 				if w := p.WithProcessor; w != nil {
 					fmt.Fprintf(&b, "| %d | %.0f | %.0f | %d |\n", i+1, p.Spiderpool.PagesPerSecond, w.PagesPerSecond, w.Duplicates)

@@ -111,10 +111,14 @@ func (s *stack) startNodes() (_ *nodeSet, err error) {
 		if s.nodes.concurrency > 0 {
 			args = append(args, "--fetch-concurrency", strconv.Itoa(s.nodes.concurrency))
 		}
+		// Each node serves metrics, pprof and page bodies, as deployed nodes
+		// do: processors get bodies by reference from it.
+		metricsAddr := "127.0.0.1:0"
 		if base := os.Getenv("BENCH_PPROF_BASE"); base != "" { // profile the nodes: 127.0.0.1:<base+i>
 			port, _ := strconv.Atoi(base)
-			args = append(args, "--metrics-addr", fmt.Sprintf("127.0.0.1:%d", port+i))
+			metricsAddr = fmt.Sprintf("127.0.0.1:%d", port+i)
 		}
+		args = append(args, "--metrics-addr", metricsAddr)
 		p := exec.Command(s.bin, args...)
 		p.Env = append(os.Environ(), config.EnvDatabaseURL+"="+db, config.EnvTemporalAddress+"="+cfg.TemporalAddress,
 			config.EnvControlQueue+"="+cfg.ControlQueue)
@@ -189,8 +193,10 @@ type spiderpoolResult struct {
 
 // noopProcessor is the processor of the processor comparison: it returns
 // nothing for every page, so what is measured is the cost of delivery
-// (bodies kept, batches sent, results stored), not of user code.
-var noopProcessor = campaign.Processor{Name: "noop", Activity: "noop", BatchSize: 200, Window: 8}
+// (bodies kept, batches sent, bodies got, results stored), not of user
+// code. Its bodies go by reference, in one request a batch, as a
+// processor keeping up with a fast crawl should take them.
+var noopProcessor = campaign.Processor{Name: "noop", Activity: "noop", BatchSize: 500, Window: 8, Bodies: campaign.BodiesReference}
 
 // crawl runs one campaign over the web from seed on fresh nodes and
 // database, timing it from the workflow's start to its result. With noop
@@ -273,4 +279,9 @@ func runHistories(ctx context.Context, c client.Client, id string, runs int) ([]
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// noopSettings names the no-op processor's settings, as results record them.
+func noopSettings() string {
+	return fmt.Sprintf("batch %d, window %d, bodies by %s", noopProcessor.BatchSize, noopProcessor.Window, noopProcessor.Bodies)
 }
