@@ -41,6 +41,9 @@ type Spec struct {
 	Archive Archive `json:"archive,omitzero"`
 	// Processors receive every matching page (see Processor).
 	Processors []Processor `json:"processors,omitempty"`
+	// Recrawl, when set, makes the campaign one run of a recurring crawl
+	// (see Recrawl).
+	Recrawl *Recrawl `json:"recrawl,omitempty"`
 	// Nodes, when set, restricts the campaign to these node IDs; by default
 	// every live registered node takes part.
 	Nodes []string `json:"nodes,omitempty"`
@@ -409,6 +412,7 @@ func (s Spec) Normalize() (Spec, error) {
 	defaultInt(&s.Sitemaps.MaxURLsPerHost, 50_000)
 
 	s.normalizeProcessors(add)
+	s.normalizeRecrawl(add)
 
 	seen := map[string]bool{}
 	for i, n := range s.Nodes {
