@@ -47,6 +47,10 @@ type Options struct {
 	// Capture keeps the exchange's bytes as sent and received
 	// (Response.Wire), up to MaxBodyBytes of body plus the headers.
 	Capture bool
+	// IfNoneMatch and IfModifiedSince make the request conditional: the
+	// validators (ETag, Last-Modified) of the version fetched last time.
+	// A server whose version is the same answers 304 Not Modified.
+	IfNoneMatch, IfModifiedSince string
 }
 
 // ErrStalled is the failure of a body that stopped sending for longer than
@@ -194,6 +198,12 @@ func (f *Fetcher) Get(ctx context.Context, url string, o Options) (r Response) {
 	// Asked for here, not left to the transport, so that the transport
 	// leaves the body as sent: it is decoded below, beside the capture.
 	req.Header.Set("Accept-Encoding", "gzip")
+	if o.IfNoneMatch != "" {
+		req.Header.Set("If-None-Match", o.IfNoneMatch)
+	}
+	if o.IfModifiedSince != "" {
+		req.Header.Set("If-Modified-Since", o.IfModifiedSince)
+	}
 	r.Sent = start
 	var cp *capture
 	if o.Capture {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -226,5 +227,34 @@ func TestReachedByIsNeverBeforeTheHostHadTheRequest(t *testing.T) {
 	}
 	if second.ReachedBy.Before(second.Sent) || !second.ReachedBy.Before(arrivals[1].Add(think)) {
 		t.Fatalf("kept-alive connection: reached by %v, sent %v, answered after %v", second.ReachedBy, second.Sent, arrivals[1].Add(think))
+	}
+}
+
+// TestConditionalGetSendsTheValidators: the validators of the last version
+// go out as If-None-Match and If-Modified-Since, and only when given.
+func TestConditionalGetSendsTheValidators(t *testing.T) {
+	var inm, ims []string
+	url := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		inm, ims = append(inm, r.Header.Get("If-None-Match")), append(ims, r.Header.Get("If-Modified-Since"))
+		if r.Header.Get("If-None-Match") == `"v1"` {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Write([]byte("<p>v2</p>"))
+	})
+	f := New(4, Guard{AllowPrivate: true})
+	o := opts()
+	o.IfNoneMatch, o.IfModifiedSince = `"v1"`, "Wed, 02 Dec 2026 10:00:00 GMT"
+	if r := f.Get(context.Background(), url, o); r.Status != http.StatusNotModified || r.Length != 0 {
+		t.Errorf("conditional GET: %d with %d bytes, want 304 and none", r.Status, r.Length)
+	}
+	if r := f.Get(context.Background(), url, opts()); r.Status != 200 || string(r.Body) != "<p>v2</p>" {
+		t.Errorf("plain GET: %d %q", r.Status, r.Body)
+	}
+	if want := []string{`"v1"`, ""}; !slices.Equal(inm, want) {
+		t.Errorf("If-None-Match sent %q, want %q", inm, want)
+	}
+	if want := []string{"Wed, 02 Dec 2026 10:00:00 GMT", ""}; !slices.Equal(ims, want) {
+		t.Errorf("If-Modified-Since sent %q, want %q", ims, want)
 	}
 }
