@@ -56,6 +56,11 @@ type Exchange struct {
 	// body cap); the record says so with WARC-Truncated: length, and is
 	// never the original of a revisit.
 	Truncated bool
+	// NotModified, set for a 304 to a conditional request, makes the
+	// record a revisit of the version the validators named (profile
+	// server-not-modified, WARC 1.1 §6.7.2): the date that version was
+	// fetched, as WARC-Refers-To-Date.
+	NotModified *time.Time
 }
 
 // Campaign is whose exchanges are written: its files are its own.
@@ -192,10 +197,20 @@ func (w *Writer) Write(ctx context.Context, c Campaign, idx Index, exs []Exchang
 		}
 	}()
 
+	for i, p := range pairs {
+		if p != nil && exs[i].NotModified != nil {
+			ref := Payload{URI: p.uri, Date: exs[i].NotModified.UTC().Format(time.RFC3339)}
+			if err := p.revisit(gowarc.ProfileServerNotModifiedV1_1, ref); err != nil {
+				errs[i] = err
+				p.close()
+				pairs[i] = nil
+			}
+		}
+	}
 	var claims []Payload
 	var claimedBy []int
 	for i, p := range pairs {
-		if p != nil && p.dedupable() {
+		if p != nil && p.dedupable() && exs[i].NotModified == nil {
 			claims = append(claims, p.payload())
 			claimedBy = append(claimedBy, i)
 		}
@@ -280,11 +295,16 @@ func (p *pair) payload() Payload {
 // holding the same payload (the identical-payload-digest profile): its
 // HTTP headers are kept, its payload is not.
 func (p *pair) revisitOf(orig Payload) error {
+	return p.revisit(gowarc.ProfileIdenticalPayloadDigestV1_1, orig)
+}
+
+// revisit turns the response record into a revisit record of profile,
+// referring to orig.
+func (p *pair) revisit(profile string, orig Payload) error {
 	gowarcMu.Lock()
 	defer gowarcMu.Unlock()
 	rv, err := p.resp.ToRevisitRecord(&gowarc.RevisitRef{
-		Profile: gowarc.ProfileIdenticalPayloadDigestV1_1, TargetRecordId: orig.RecordID,
-		TargetUri: orig.URI, TargetDate: orig.Date,
+		Profile: profile, TargetRecordId: orig.RecordID, TargetUri: orig.URI, TargetDate: orig.Date,
 	})
 	if err != nil {
 		return fmt.Errorf("revisit record for %s: %w", p.uri, err)

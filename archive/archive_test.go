@@ -276,3 +276,38 @@ func TestOpenNamesAnUnwritableDirectory(t *testing.T) {
 		t.Fatalf("err = %v, want one naming the directory", err)
 	}
 }
+
+// TestANotModifiedAnswerIsARevisit: a 304 to a conditional request is
+// archived as a revisit of profile server-not-modified, naming the URL and
+// the date of the version it stands for, and never claims a payload.
+func TestANotModifiedAnswerIsARevisit(t *testing.T) {
+	dir := t.TempDir()
+	w, err := Open(dir, "n1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := &memIndex{held: map[string]Payload{}}
+	was := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	ex := exchange(1, "")
+	ex.Response = []byte("HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\n\r\n")
+	ex.NotModified = &was
+	write(t, w, idx, ex)
+	w.Close()
+	var revisits, responses int
+	for _, r := range readAll(t, dir) {
+		switch r.typ {
+		case gowarc.Response:
+			responses++
+		case gowarc.Revisit:
+			revisits++
+			h := r.header
+			if h.Get(gowarc.WarcProfile) != gowarc.ProfileServerNotModifiedV1_1 ||
+				h.Get(gowarc.WarcRefersToTargetURI) != ex.URL || h.Get(gowarc.WarcRefersToDate) != "2026-12-01T10:00:00Z" {
+				t.Errorf("revisit: %v; want server-not-modified of %s at 2026-12-01T10:00:00Z", h, ex.URL)
+			}
+		}
+	}
+	if responses != 0 || revisits != 1 || len(idx.held) != 0 {
+		t.Errorf("%d responses, %d revisits, %d payloads claimed; want one revisit and no claim", responses, revisits, len(idx.held))
+	}
+}
