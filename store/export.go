@@ -30,6 +30,13 @@ type PageRecord struct {
 	NoArchive   bool       `json:"noarchive,omitempty"`
 	Canonical   string     `json:"canonical,omitempty"`
 	Charset     string     `json:"charset,omitempty"`
+	// A page of a recurring campaign (spec.recrawl) also carries what the
+	// runs of its series saw of it: status 304 is "not modified".
+	FirstSeen   *time.Time `json:"first_seen,omitempty"`
+	LastChanged *time.Time `json:"last_changed,omitempty"`
+	LastFetched *time.Time `json:"last_fetched,omitempty"`
+	Changes     *int       `json:"changes,omitempty"`
+	Gone        bool       `json:"gone,omitempty"`
 }
 
 // ExportPages calls fn for each fetched page of the campaign, or with all
@@ -42,8 +49,11 @@ func (s *Store) ExportPages(ctx context.Context, campaignKey int64, all bool, fn
 		       coalesce(p.content_digest, ''), coalesce(p.title, ''), coalesce(p.redirect_to, ''), coalesce(p.links, 0),
 		       p.fetched_at, coalesce(p.duration_ms, 0), coalesce(p.node, f.node, ''),
 		       coalesce(p.noindex, false), coalesce(p.nofollow, false), coalesce(p.noarchive, false),
-		       coalesce(p.canonical, ''), coalesce(p.charset, '')
+		       coalesce(p.canonical, ''), coalesce(p.charset, ''),
+		       h.first_seen, h.last_changed, h.last_fetched, h.changes, coalesce(h.gone_at IS NOT NULL, false)
 		FROM frontier f LEFT JOIN pages p ON p.url_id = f.id
+		LEFT JOIN url_history h ON h.series = (SELECT spec->'recrawl'->>'series' FROM campaigns WHERE key = $1)
+		                       AND h.fingerprint = f.fingerprint
 		WHERE f.campaign = $1 AND ($2 OR f.state = 'fetched')
 		ORDER BY f.id`, campaignKey, all)
 	if err != nil {
@@ -56,7 +66,8 @@ func (s *Store) ExportPages(ctx context.Context, campaignKey int64, all bool, fn
 		if err := rows.Scan(&r.URL, &r.FoundAs, &r.State, &r.Depth, &r.Attempts, &r.Error,
 			&r.Status, &r.ContentType, &r.Length, &r.Digest, &r.Title, &r.RedirectTo, &r.Links,
 			&r.FetchedAt, &r.DurationMs, &r.Node,
-			&r.NoIndex, &r.NoFollow, &r.NoArchive, &r.Canonical, &r.Charset); err != nil {
+			&r.NoIndex, &r.NoFollow, &r.NoArchive, &r.Canonical, &r.Charset,
+			&r.FirstSeen, &r.LastChanged, &r.LastFetched, &r.Changes, &r.Gone); err != nil {
 			return n, fmt.Errorf("export pages of campaign %d: %w", campaignKey, err)
 		}
 		if err := fn(r); err != nil {
