@@ -4,6 +4,10 @@
 // failures, and an access log that counts every request, by User-Agent too.
 // The log is the ground truth for "every page fetched exactly once", also
 // when several crawls with different user agents share one web.
+//
+// Pages carry validators (ETag, Last-Modified) and answer conditional GETs
+// with 304, and a test can change, remove and add pages between crawls
+// (changes.go), so the log also shows what a re-crawl downloaded again.
 package synthweb
 
 import (
@@ -18,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -66,6 +71,7 @@ type Request struct {
 	Path   string // with ?query when there is one
 	Status int
 	Agent  string // the User-Agent header
+	Bytes  int64  // body bytes sent: 0 for a 304 or a HEAD
 }
 
 // Web is a running synthetic web.
@@ -73,7 +79,7 @@ type Web struct {
 	cfg     Config
 	hosts   []string // host:port, index = host number
 	servers []*http.Server
-	perHost []int // pages on each host
+	perHost []int // pages on each host at Start: the tree and the extra links stay among these, so Add moves no link
 
 	mu       sync.Mutex
 	hits     map[hit]int            // (agent, "host:port/path") -> requests
@@ -82,6 +88,20 @@ type Web struct {
 	log      map[string][]Request   // host:port -> requests in order
 	failures map[string]int         // transient failures served per page
 	revived  bool                   // dead links answer 200 now
+
+	// content is what Change, Remove and Add made of the web since Start:
+	// read for every page served, written between crawls. Its own lock, so
+	// serving a page does not queue behind the access log.
+	content  sync.RWMutex
+	versions map[page]int  // pages changed, by how many versions
+	gone     map[page]bool // pages removed
+	added    []int         // pages Add put on each host, numbered on from perHost
+
+	// Counters of every response since Start or Reset, atomics rather than
+	// mu so that CountOnly benchmarks pay next to nothing for them.
+	served    atomic.Int64
+	bodyBytes atomic.Int64
+	byStatus  [1000]atomic.Int64 // net/http refuses codes outside 100..999
 }
 
 // hit keys the request counts: which URL, asked for by which agent.
@@ -95,7 +115,8 @@ func Start(cfg Config) (*Web, error) {
 	if cfg.Hosts < 1 || cfg.Pages < cfg.Hosts {
 		return nil, fmt.Errorf("synthweb: need at least one page per host, got %d pages over %d hosts", cfg.Pages, cfg.Hosts)
 	}
-	w := &Web{cfg: cfg, hits: map[hit]int{}, agents: map[string]string{}, times: map[string][]time.Time{}, log: map[string][]Request{}, failures: map[string]int{}}
+	w := &Web{cfg: cfg, hits: map[hit]int{}, agents: map[string]string{}, times: map[string][]time.Time{}, log: map[string][]Request{}, failures: map[string]int{},
+		versions: map[page]int{}, gone: map[page]bool{}, added: make([]int, cfg.Hosts)}
 	for h := range cfg.Hosts {
 		w.perHost = append(w.perHost, cfg.Pages/cfg.Hosts+boolInt(h < cfg.Pages%cfg.Hosts))
 	}
@@ -153,15 +174,12 @@ func pagePath(i int) string {
 	return "/p/" + strconv.Itoa(i) + ".html"
 }
 
-// Pages lists every page URL: the set a complete crawl fetches.
+// Pages lists every page URL: the set a complete crawl fetches. Pages
+// removed by Remove are not in it; pages added by Add are.
 func (w *Web) Pages() []string {
-	var out []string
-	for h, n := range w.perHost {
-		for i := range n {
-			out = append(out, w.URL(h, i))
-		}
-	}
-	return out
+	w.content.RLock()
+	defer w.content.RUnlock()
+	return w.urls(w.livePages())
 }
 
 // ExpectedHits is how many requests a crawl that fetches url exactly once
@@ -169,7 +187,7 @@ func (w *Web) Pages() []string {
 func (w *Web) ExpectedHits(url string) int {
 	for h, host := range w.hosts {
 		if rest, ok := strings.CutPrefix(url, "http://"+host); ok {
-			if i, err := pageIndex(rest); err == nil && i < w.perHost[h] && w.isTransient(h, i) {
+			if i, err := pageIndex(rest); err == nil && w.state(h, i).live() && w.isTransient(h, i) {
 				return 1 + w.cfg.TransientAttempts
 			}
 			return 1
@@ -178,14 +196,15 @@ func (w *Web) ExpectedHits(url string) int {
 	return 1
 }
 
-// DeadLinks lists the URLs pages link to that answer 404.
+// DeadLinks lists the URLs pages link to that answer 404 (those of
+// removed pages no longer: nothing links them).
 func (w *Web) DeadLinks() []string {
+	w.content.RLock()
+	defer w.content.RUnlock()
 	var out []string
-	for h, n := range w.perHost {
-		for i := range n {
-			if w.hasDeadLink(h, i) {
-				out = append(out, "http://"+w.hosts[h]+deadPath(i))
-			}
+	for _, p := range w.livePages() {
+		if w.hasDeadLink(p.h, p.i) {
+			out = append(out, "http://"+w.hosts[p.h]+deadPath(p.i))
 		}
 	}
 	return out
@@ -242,11 +261,37 @@ func (w *Web) Log(host string) []Request {
 	return slices.Clone(w.log[host])
 }
 
+// Traffic is what a web served since Start or the last Reset.
+type Traffic struct {
+	Requests  int         // every request answered, pages or not
+	ByStatus  map[int]int // responses by status code: 200, 304, 410, ...
+	BodyBytes int64       // response body bytes; headers are not counted
+}
+
+// Served counts the responses sent since Start or the last Reset, also in
+// CountOnly mode. A response is counted when its handler returns, before
+// net/http ends it, so a client that has read a response sees it counted.
+func (w *Web) Served() Traffic {
+	t := Traffic{Requests: int(w.served.Load()), ByStatus: map[int]int{}, BodyBytes: w.bodyBytes.Load()}
+	for code := range w.byStatus {
+		if n := w.byStatus[code].Load(); n > 0 {
+			t.ByStatus[code] = int(n)
+		}
+	}
+	return t
+}
+
 // Reset forgets every request served, for the next crawl of the same web.
+// What Change, Remove and Add did stays.
 func (w *Web) Reset() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.hits, w.times, w.log, w.failures = map[hit]int{}, map[string][]time.Time{}, map[string][]Request{}, map[string]int{}
+	w.served.Store(0)
+	w.bodyBytes.Store(0)
+	for code := range w.byStatus {
+		w.byStatus[code].Store(0)
+	}
 }
 
 // Tally compares the requests served with the web: pages never requested,
@@ -299,8 +344,9 @@ func (w *Web) hasDeadLink(h, i int) bool {
 
 // links returns page (h,i)'s outgoing links as written in its HTML: a
 // mix of relative, absolute and fragment forms of canonical targets, so
-// that a crawler's canonicalisation is exercised.
-func (w *Web) links(h, i int) []string {
+// that a crawler's canonicalisation is exercised. A root also links the
+// added pages of its host, added of them.
+func (w *Web) links(h, i, added int) []string {
 	var out []string
 	self := w.hosts[h]
 	form := func(th, ti, k int) string {
@@ -351,15 +397,21 @@ func (w *Web) links(h, i int) []string {
 		out = append(out, deadPath(i))
 	}
 	if i == 0 {
+		for a := range added {
+			out = append(out, form(h, w.perHost[h]+a, k))
+			k++
+		}
 		out = append(out, w.cfg.ExtraLinks[h]...)
 	}
 	return out
 }
 
-// statusRecorder notes the status a handler sends.
+// statusRecorder notes the status a handler sends and the body bytes.
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
+	bytes  int64
+	head   bool // the server discards the body of an answer to HEAD
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
@@ -373,7 +425,11 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 	if s.status == 0 {
 		s.status = http.StatusOK
 	}
-	return s.ResponseWriter.Write(b)
+	n, err := s.ResponseWriter.Write(b)
+	if !s.head {
+		s.bytes += int64(n)
+	}
+	return n, err
 }
 
 func (s *statusRecorder) Flush() {
@@ -401,15 +457,9 @@ func (w *Web) handler(h int) http.Handler {
 			w.times[host] = append(w.times[host], at)
 		}
 		w.mu.Unlock()
-		if !w.cfg.CountOnly {
-			rec := &statusRecorder{ResponseWriter: rw}
-			defer func() {
-				w.mu.Lock()
-				w.log[host] = append(w.log[host], Request{At: at, Path: key, Status: rec.status, Agent: agent})
-				w.mu.Unlock()
-			}()
-			rw = rec
-		}
+		rec := &statusRecorder{ResponseWriter: rw, head: r.Method == http.MethodHead}
+		defer w.record(host, Request{At: at, Path: key, Agent: agent}, rec)
+		rw = rec
 		if d := w.latency(h); d > 0 {
 			time.Sleep(d)
 		}
@@ -421,7 +471,11 @@ func (w *Web) handler(h int) http.Handler {
 			return
 		}
 		i, err := pageIndex(r.URL.Path)
-		if err != nil || i >= w.perHost[h] {
+		var st pageState
+		if err == nil {
+			st = w.state(h, i)
+		}
+		if !st.exists {
 			w.mu.Lock()
 			revived := w.revived
 			w.mu.Unlock()
@@ -433,30 +487,84 @@ func (w *Web) handler(h int) http.Handler {
 			http.NotFound(rw, r)
 			return
 		}
-		if w.isTransient(h, i) {
-			w.mu.Lock()
-			served := w.failures[host+r.URL.Path]
-			if served < w.cfg.TransientAttempts {
-				w.failures[host+r.URL.Path]++
-			}
-			w.mu.Unlock()
-			if served < w.cfg.TransientAttempts {
-				http.Error(rw, "try again", http.StatusServiceUnavailable)
-				return
-			}
-		}
-		rw.Header().Set("Content-Type", "text/html; charset=utf-8")
-		var b strings.Builder
-		fmt.Fprintf(&b, "<!doctype html><html><head><title>host %d page %d</title></head><body><h1>Page %d</h1>\n", h, i, i)
-		for _, l := range w.links(h, i) {
-			fmt.Fprintf(&b, "<a href=\"%s\">link</a>\n", l)
-		}
-		for b.Len() < w.cfg.PageBytes {
-			b.WriteString("<p>Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor.</p>\n")
-		}
-		b.WriteString("</body></html>\n")
-		_, _ = rw.Write([]byte(b.String()))
+		w.servePage(rw, r, h, i, st)
 	})
+}
+
+// record counts a response once its handler returned and, unless
+// CountOnly, logs it.
+func (w *Web) record(host string, req Request, rec *statusRecorder) {
+	req.Status, req.Bytes = rec.status, rec.bytes
+	status := rec.status
+	if status == 0 {
+		status = http.StatusOK // what net/http sends for a handler that wrote nothing
+	}
+	w.served.Add(1)
+	w.bodyBytes.Add(rec.bytes)
+	w.byStatus[status].Add(1)
+	if w.cfg.CountOnly {
+		return
+	}
+	w.mu.Lock()
+	w.log[host] = append(w.log[host], req)
+	w.mu.Unlock()
+}
+
+// servePage answers a request for page (h,i): 410 once removed, a 503 to
+// the first requests of a transient page, 304 when the client's validators
+// are current, else the page.
+func (w *Web) servePage(rw http.ResponseWriter, r *http.Request, h, i int, st pageState) {
+	if st.gone {
+		http.Error(rw, "gone", http.StatusGone)
+		return
+	}
+	if w.failTransiently(h, i, r.URL.Path) {
+		http.Error(rw, "try again", http.StatusServiceUnavailable)
+		return
+	}
+	tag, modified := etag(h, i, st.version), lastModified(st.version)
+	rw.Header().Set("ETag", tag)
+	rw.Header().Set("Last-Modified", modified.Format(http.TimeFormat))
+	if notModified(r, tag, modified) {
+		rw.WriteHeader(http.StatusNotModified)
+		return
+	}
+	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = rw.Write([]byte(w.body(h, i, st)))
+}
+
+// failTransiently reports whether this request for a transient page is one
+// of the first TransientAttempts, to be answered 503.
+func (w *Web) failTransiently(h, i int, path string) bool {
+	if !w.isTransient(h, i) {
+		return false
+	}
+	key := w.hosts[h] + path
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failures[key] >= w.cfg.TransientAttempts {
+		return false
+	}
+	w.failures[key]++
+	return true
+}
+
+// body is page (h,i)'s HTML at st's version. Version 0 has no version
+// line, so a web nothing changed serves the bytes it always did.
+func (w *Web) body(h, i int, st pageState) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "<!doctype html><html><head><title>host %d page %d</title></head><body><h1>Page %d</h1>\n", h, i, i)
+	if st.version > 0 {
+		fmt.Fprintf(&b, "<p>version %d</p>\n", st.version)
+	}
+	for _, l := range w.links(h, i, st.added) {
+		fmt.Fprintf(&b, "<a href=\"%s\">link</a>\n", l)
+	}
+	for b.Len() < w.cfg.PageBytes {
+		b.WriteString("<p>Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor.</p>\n")
+	}
+	b.WriteString("</body></html>\n")
+	return b.String()
 }
 
 // latency is how long host h takes to answer.
