@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // URLHistory is what earlier runs of a series saw of a URL (issue 15).
@@ -38,23 +36,25 @@ func (s *Store) History(ctx context.Context, series string, fingerprints []int64
 	if err != nil {
 		return nil, fmt.Errorf("history of series %s: %w", series, err)
 	}
+	defer rows.Close()
 	out := make(map[int64]*URLHistory, len(fingerprints))
-	var (
-		fp       int64
-		interval int64
-	)
-	h := &URLHistory{}
-	_, err = pgx.ForEachRow(rows, []any{&fp, &h.ETag, &h.LastModified, &h.Digest, &h.Links, &h.FirstSeen,
-		&h.LastFetched, &h.LastChanged, &h.Changes, &interval, &h.Gone}, func() error {
+	for rows.Next() {
+		var (
+			fp       int64
+			interval int64
+			h        URLHistory
+		)
+		if err := rows.Scan(&fp, &h.ETag, &h.LastModified, &h.Digest, &h.Links, &h.FirstSeen,
+			&h.LastFetched, &h.LastChanged, &h.Changes, &interval, &h.Gone); err != nil {
+			return nil, fmt.Errorf("history of series %s: %w", series, err)
+		}
 		if h.LastFetched.Equal(time.Unix(0, 0)) {
 			h.LastFetched = time.Time{}
 		}
 		h.Interval = time.Duration(interval) * time.Second
-		out[fp] = h
-		h = &URLHistory{}
-		return nil
-	})
-	if err != nil {
+		out[fp] = &h
+	}
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("history of series %s: %w", series, err)
 	}
 	return out, nil
