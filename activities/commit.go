@@ -33,6 +33,9 @@ type outcome struct {
 	// exchange is the fetch to archive, when the node archives and the
 	// page ended fetched.
 	exchange *archive.Exchange
+	// visit is what the fetch adds to the URL's history, in a campaign
+	// of a recurring series.
+	visit *store.Visit
 }
 
 // settlement is a URL leaving the engine: its outcome, or (back) the URL
@@ -181,6 +184,7 @@ func (c *committer) flush(chunk []settlement) {
 		}
 		tally(r, s.out, committed.Accepted[s.out.o.ID])
 	}
+	c.recordVisits(ctx, chunk, committed.Accepted)
 	var total campaign.BatchResult
 	for _, r := range res {
 		total.Add(r)
@@ -191,6 +195,25 @@ func (c *committer) flush(chunk []settlement) {
 	f.metrics.Settled("excluded", total.Excluded)
 	f.metrics.Settled("retry", total.Retried)
 	f.settled(chunk, res)
+}
+
+// recordVisits adds the chunk's recorded fetches to their URLs' histories
+// (campaigns of a recurring series), before their batches report done.
+func (c *committer) recordVisits(ctx context.Context, chunk []settlement, accepted map[int64]bool) {
+	var visits []store.Visit
+	var rec *campaign.Recrawl
+	for _, s := range chunk {
+		if !s.back && s.out.visit != nil && accepted[s.out.o.ID] {
+			visits = append(visits, *s.out.visit)
+			rec = s.it.rules.spec.Recrawl
+		}
+	}
+	if len(visits) == 0 || rec == nil {
+		return
+	}
+	c.retry("history", func() error {
+		return c.f.store.RecordVisits(ctx, rec.Series, rec.MinInterval.D(), rec.MaxInterval.D(), visits)
+	})
 }
 
 // retry runs fn until it succeeds, waiting longer each time up to 8 s; it

@@ -217,6 +217,10 @@ type item struct {
 	batch *batch
 	rules *rules
 	host  *host
+	// history is what earlier runs of the campaign's series saw of the
+	// URL: nil when it has no series, the URL is new to it, or the
+	// history could not be read (it is then fetched unconditionally).
+	history *store.URLHistory
 	// Guarded by Fetch.mu.
 	started bool // taken off its queue by its host's goroutine
 	gone    bool // handed back from the queue
@@ -258,6 +262,7 @@ func (f *Fetch) accept(ctx context.Context, req campaign.FetchBatchRequest, toke
 	claimed = slices.DeleteFunc(claimed, func(c store.ClaimedURL) bool { return c.Failed != "" })
 	b.result.Failed = len(req.IDs) - b.result.Skipped - len(claimed)
 	f.metrics.Settled("failed", b.result.Failed)
+	histories := f.histories(ctx, r, claimed)
 	var start []*hostQueue
 	f.mu.Lock()
 	if f.stopping {
@@ -282,7 +287,7 @@ func (f *Fetch) accept(ctx context.Context, req campaign.FetchBatchRequest, toke
 			continue
 		}
 		q := f.queueLocked(c.ShardKey)
-		it := &item{url: c, batch: b, rules: r, host: q.host}
+		it := &item{url: c, batch: b, rules: r, host: q.host, history: histories[c.ID]}
 		f.held[c.ID] = it
 		b.items = append(b.items, it)
 		b.remaining++

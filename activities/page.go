@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -36,6 +37,9 @@ func (f *Fetch) check(ctx context.Context, it *item, h *host) (out outcome, requ
 	}
 	out.self = self
 	if spec.Politeness.IgnoreRobots {
+		if out, skip := f.notDue(it, out); skip {
+			return out, false, true
+		}
 		return out, true, true
 	}
 	rf, err := f.robots.get(ctx, r, it.batch.key, self.Origin(), h, it.batch.stop, f.archiver())
@@ -81,6 +85,9 @@ func (f *Fetch) check(ctx context.Context, it *item, h *host) (out outcome, requ
 	if d := rf.robots.CrawlDelay(r.agent); d > 0 {
 		h.setCrawlDelay(min(d, spec.Politeness.MaxCrawlDelay.D()))
 	}
+	if out, skip := f.notDue(it, out); skip {
+		return out, false, true
+	}
 	return out, true, true
 }
 
@@ -95,7 +102,7 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 	// even if its batch is cancelled: dropping it would make the page be
 	// fetched again.
 	self := out.self
-	resp := f.fetcher.Get(context.WithoutCancel(ctx), self.Linked(), fetch.Options{
+	o := fetch.Options{
 		UserAgent:       spec.Politeness.UserAgent,
 		ConnectTimeout:  spec.Timeouts.Connect.D(),
 		RequestTimeout:  spec.Timeouts.Request.D(),
@@ -105,7 +112,9 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 		KeepAnyType:     r.anyType,
 		KeepStylesheets: spec.Scope.Requisites,
 		Capture:         f.archive != nil, // the archive keeps the bytes as exchanged
-	})
+	}
+	conditional(it, &o)
+	resp := f.fetcher.Get(context.WithoutCancel(ctx), self.Linked(), o)
 	requestEnded()
 	f.slots.give(it.batch.key)
 	f.metrics.Response(resp.Status, resp.Length, resp.Duration)
@@ -132,6 +141,13 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 	// Only failures with no answer at all speak of the node (its network,
 	// its load); a 5xx speaks of the host, whichever node asked.
 	out.transportError = resp.Status == 0 && resp.Err != nil && !errors.Is(resp.Err, fetch.ErrBlocked)
+	if resp.Status == http.StatusNotModified && (o.IfNoneMatch != "" || o.IfModifiedSince != "") {
+		return f.notModified(it, out, &resp)
+	}
+	// A page of a recurring series adds what it was to its history: its
+	// validators, digest and links (links), or that it is gone.
+	var links []string
+	defer func() { settled.visit = visitOf(it, settled, &resp, links) }()
 	switch fetch.Classify(&resp, spec.Retry.NonRetryableStatuses) {
 	case fetch.Transient:
 		attempt := c.Attempts + 1
@@ -170,6 +186,7 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 			return out
 		}
 		page.RedirectTo = target.String
+		links = append(links, target.Linked())
 		// A redirect is not a link hop: same depth, one more redirect; a
 		// requisite's target is a requisite.
 		if link, ok := f.admit(r, it.batch.key, target, c.Depth, c.Redirects+1, c.ID); ok {
@@ -230,6 +247,7 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 			continue
 		}
 		seen[fp] = true
+		links = append(links, u.Linked())
 		if link, ok := f.admit(r, it.batch.key, u, c.Depth+1, 0, c.ID); ok {
 			out.links = append(out.links, link)
 		}
