@@ -96,7 +96,7 @@ func (a *app) campaignCmd() *cobra.Command {
 	}
 	cmd.AddCommand(a.startCmd(), a.listCmd(), a.statusCmd(), a.watchCmd(),
 		a.addCmd(), a.pauseCmd(), a.resumeCmd(), a.reweightCmd(), a.drainCmd(), a.undrainCmd(),
-		a.cancelCmd(), a.retryFailedCmd(), a.exportCmd())
+		a.cancelCmd(), a.retryFailedCmd(), a.exportCmd(), a.scheduleCmd())
 	return cmd
 }
 
