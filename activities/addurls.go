@@ -23,6 +23,10 @@ func (c *Control) AddURLs(ctx context.Context, req campaign.AddURLsActivityReque
 		return res, err
 	}
 	shardBy := crawl.ShardBy(spec.Scope.ShardBy)
+	priorities, err := spec.CompilePriorities()
+	if err != nil {
+		return res, err
+	}
 	var urls []store.NewURL
 	first := map[uint64]int{} // fingerprint -> index of its first mention
 	for i, raw := range req.URLs {
@@ -44,7 +48,7 @@ func (c *Control) AddURLs(ctx context.Context, req campaign.AddURLsActivityReque
 			first[u.Fingerprint()] = i
 			urls = append(urls, store.NewURL{
 				Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: u.AsLinked,
-				ShardKey: crawl.ShardKey(u, shardBy),
+				ShardKey: crawl.ShardKey(u, shardBy), Priority: int16(priorities.Of(u.String, 0)),
 			})
 		}
 		res.URLs = append(res.URLs, out)

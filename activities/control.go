@@ -58,6 +58,10 @@ func (c *Control) StartCampaign(ctx context.Context, req campaign.StartRequest) 
 	if err != nil {
 		return campaign.StartResult{}, err
 	}
+	priorities, err := spec.CompilePriorities()
+	if err != nil {
+		return campaign.StartResult{}, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidSpec", err)
+	}
 	seeds := make([]store.NewURL, 0, len(spec.Seeds))
 	for _, raw := range spec.Seeds {
 		u, err := crawl.Canonicalize(raw)
@@ -67,6 +71,7 @@ func (c *Control) StartCampaign(ctx context.Context, req campaign.StartRequest) 
 		seeds = append(seeds, store.NewURL{
 			Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: u.AsLinked,
 			ShardKey: crawl.ShardKey(u, crawl.ShardBy(spec.Scope.ShardBy)),
+			Priority: int16(priorities.Of(u.String, 0)),
 		})
 	}
 	n, err := c.Store.InsertURLs(ctx, key, seeds)

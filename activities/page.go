@@ -398,7 +398,7 @@ func (f *Fetch) admit(r *rules, campaignKey int64, u crawl.URL, depth, redirects
 	shard := crawl.ShardKey(u, r.shardBy)
 	link := store.NewURL{
 		Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: u.AsLinked, ShardKey: shard,
-		Depth: depth, Redirects: redirects, ParentID: parent,
+		Depth: depth, Redirects: redirects, ParentID: parent, Priority: int16(r.priorities.Of(u.String, 0)),
 	}
 	limits := r.spec.Limits
 	switch {
@@ -481,6 +481,8 @@ type rules struct {
 	// some want bodies that are not HTML.
 	filters []campaign.PageFilter
 	anyType bool
+	// priorities give each URL admitted its priority.
+	priorities campaign.Priorities
 }
 
 type rulesCache struct {
@@ -514,8 +516,12 @@ func (c *rulesCache) get(ctx context.Context, key int64) (*rules, error) {
 	if err != nil {
 		return nil, err
 	}
+	priorities, err := spec.CompilePriorities()
+	if err != nil {
+		return nil, err
+	}
 	r = &rules{
-		key: key, id: id, spec: spec, scope: scope, shardBy: crawl.ShardBy(spec.Scope.ShardBy),
+		priorities: priorities, key: key, id: id, spec: spec, scope: scope, shardBy: crawl.ShardBy(spec.Scope.ShardBy),
 		agent: crawl.AgentToken(spec.Politeness.UserAgent), loaded: time.Now(),
 		filters: filters, anyType: spec.WantsAnyType(),
 	}

@@ -163,6 +163,10 @@ func (c *Control) processorLinks(ctx context.Context, req campaign.StoreProcesse
 		return nil, err
 	}
 	shardBy := crawl.ShardBy(spec.Scope.ShardBy)
+	priorities, err := spec.CompilePriorities()
+	if err != nil {
+		return nil, err
+	}
 	var out []store.NewURL
 	for _, pr := range req.Result.Pages {
 		page, ok := pages[byKey[pr.Key]]
@@ -186,6 +190,7 @@ func (c *Control) processorLinks(ctx context.Context, req campaign.StoreProcesse
 			link := store.NewURL{
 				Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: u.AsLinked,
 				ShardKey: crawl.ShardKey(u, shardBy), Depth: depth, ParentID: page.ID,
+				Priority: int16(priorities.Of(u.String, 0)),
 			}
 			if verdict != crawl.InScope {
 				link.ExcludedBecause = string(verdict)

@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 
+	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/crawl"
 	"github.com/spiderpool/spiderpool/fetch"
 	"github.com/spiderpool/spiderpool/store"
@@ -49,12 +50,14 @@ func (f *Fetch) loadSitemaps(ctx context.Context, r *rules, campaignKey int64, r
 		}
 		queue = append(queue, sm.Sitemaps...)
 		var urls []store.NewURL
-		for _, raw := range sm.URLs {
+		for i, raw := range sm.URLs {
 			u, err := crawl.Resolve(loc, raw)
 			if err != nil {
 				continue
 			}
 			if link, ok := f.admit(r, campaignKey, u, 0, 0, 0); ok {
+				// The sitemap ranks its URLs; a rule of the spec may rank higher.
+				link.Priority = int16(r.priorities.Of(u.String, campaign.SitemapPriority(sm.Priorities[i])))
 				urls = append(urls, link)
 			}
 		}

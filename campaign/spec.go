@@ -81,6 +81,12 @@ type Scope struct {
 	// and are counted apart from pages (frontier kind "requisite"). Their
 	// own links are not followed.
 	Requisites bool `json:"requisites,omitempty"`
+	// Priorities give the URLs that match a pattern (a regular expression
+	// on the URL) a priority: each URL found or added, seeds included, has
+	// the highest of the rules it matches, else its sitemap's <priority>
+	// (see SitemapPriority), else 0 (see PriorityRule). An operator adding
+	// URLs with a priority raises them to it.
+	Priorities []PriorityRule `json:"priorities,omitempty"`
 }
 
 // FollowsNofollow says whether links marked rel="nofollow" are taken.
@@ -292,6 +298,15 @@ func (s Spec) Normalize() (Spec, error) {
 			add(fieldErr(fmt.Sprintf("spec.scope.hosts[%d]", i), "%q is not a host[:port]", sc.Hosts[i]))
 		} else {
 			sc.Hosts[i] = h
+		}
+	}
+	for i, r := range sc.Priorities {
+		field := fmt.Sprintf("spec.scope.priorities[%d]", i)
+		if _, err := regexp.Compile(r.Pattern); err != nil || r.Pattern == "" {
+			add(fieldErr(field+".pattern", "want a regular expression on the URL, got %q (%v)", r.Pattern, err))
+		}
+		if r.Priority < MinPriority || r.Priority > MaxPriority {
+			add(fieldErr(field+".priority", "must be %d..%d, got %d", MinPriority, MaxPriority, r.Priority))
 		}
 	}
 	for _, list := range []struct {

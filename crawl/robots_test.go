@@ -3,6 +3,7 @@ package crawl
 import (
 	"bytes"
 	"compress/gzip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -226,5 +227,21 @@ func TestRobotsCutAtSizeLimit(t *testing.T) {
 	r := ParseRobots(200, []byte(body))
 	if r.AllowedTarget("/private/other", "spiderpool") {
 		t.Error("the cut Allow line allowed /private/other")
+	}
+}
+
+// TestSitemapPriorities: each URL keeps its <priority>, before or after
+// its <loc>; one without, or with a value outside 0..1, has 0.5.
+func TestSitemapPriorities(t *testing.T) {
+	doc := `<urlset>
+<url><loc>http://h/a</loc><priority>0.9</priority></url>
+<url><priority> 0.1 </priority><loc>http://h/b</loc></url>
+<url><loc>http://h/c</loc></url>
+<url><loc>http://h/d</loc><priority>7</priority></url>
+<url><loc>http://h/e</loc><priority>high</priority></url></urlset>`
+	sm, err := ParseSitemap([]byte(doc), 100, 1<<20)
+	want := []float64{0.9, 0.1, 0.5, 0.5, 0.5}
+	if err != nil || len(sm.URLs) != 5 || !slices.Equal(sm.Priorities, want) {
+		t.Fatalf("urls %q priorities %v (%v), want %v", sm.URLs, sm.Priorities, err, want)
 	}
 }

@@ -7,17 +7,24 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 )
 
 // Sitemap is what one sitemap document lists: page URLs (a urlset) or more
 // sitemaps (a sitemap index).
 type Sitemap struct {
-	URLs     []string
-	Sitemaps []string
+	URLs []string
+	// Priorities are the URLs' <priority>, 0.0 to 1.0, by index (0.5, the
+	// protocol's default, when a URL gives none or a bad one).
+	Priorities []float64
+	Sitemaps   []string
 	// Truncated is set when the document listed more than the cap.
 	Truncated bool
 }
+
+// DefaultSitemapPriority is a sitemap URL's priority when it gives none.
+const DefaultSitemapPriority = 0.5
 
 // ParseSitemap reads a sitemap (sitemaps.org protocol), gzipped or not, as
 // a stream, keeping at most maxEntries locations and decompressing at most
@@ -37,9 +44,11 @@ func ParseSitemap(body []byte, maxEntries int, maxBytes int64) (Sitemap, error) 
 	dec := xml.NewDecoder(limited)
 	dec.Strict = false
 	var (
-		inLoc  bool
-		parent string // "url" or "sitemap"
-		loc    strings.Builder
+		inLoc, inPriority bool
+		parent            string // "url" or "sitemap"
+		loc, prio         strings.Builder
+		urlAt             = -1 // index in URLs of the current <url>'s loc
+		urlPriority       = DefaultSitemapPriority
 	)
 	for {
 		tok, err := dec.Token()
@@ -61,6 +70,10 @@ func ParseSitemap(body []byte, maxEntries int, maxBytes int64) (Sitemap, error) 
 			switch t.Name.Local {
 			case "url", "sitemap":
 				parent = t.Name.Local
+				urlAt, urlPriority = -1, DefaultSitemapPriority
+			case "priority":
+				inPriority = true
+				prio.Reset()
 			case "loc":
 				inLoc = true
 				loc.Reset()
@@ -69,7 +82,20 @@ func ParseSitemap(body []byte, maxEntries int, maxBytes int64) (Sitemap, error) 
 			if inLoc && loc.Len() < 4096 {
 				loc.Write(t)
 			}
+			if inPriority && prio.Len() < 32 {
+				prio.Write(t)
+			}
 		case xml.EndElement:
+			if t.Name.Local == "priority" && inPriority {
+				inPriority = false
+				if p, err := strconv.ParseFloat(strings.TrimSpace(prio.String()), 64); err == nil && p >= 0 && p <= 1 {
+					urlPriority = p
+					if urlAt >= 0 {
+						sm.Priorities[urlAt] = p
+					}
+				}
+				continue
+			}
 			if t.Name.Local != "loc" || !inLoc {
 				continue
 			}
@@ -85,7 +111,9 @@ func ParseSitemap(body []byte, maxEntries int, maxBytes int64) (Sitemap, error) 
 			if parent == "sitemap" {
 				sm.Sitemaps = append(sm.Sitemaps, u)
 			} else {
+				urlAt = len(sm.URLs)
 				sm.URLs = append(sm.URLs, u)
+				sm.Priorities = append(sm.Priorities, urlPriority)
 			}
 		}
 	}

@@ -41,6 +41,9 @@ type NewURL struct {
 	ExcludedBecause string
 	// Kind is KindPage ("" too) or KindRequisite.
 	Kind string
+	// Priority orders the URL among its host's pending ones, higher first
+	// (see campaign.PriorityRule).
+	Priority int16
 }
 
 // foundAs is the found_as column: NULL unless the URL as linked differs
@@ -171,8 +174,9 @@ func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL
 	parent := make([]*int64, len(urls))
 	excluded := make([]*string, len(urls))
 	kind := make([]string, len(urls))
+	priority := make([]int16, len(urls))
 	for i, u := range urls {
-		kind[i] = u.kind()
+		kind[i], priority[i] = u.kind(), u.Priority
 		if u.ExcludedBecause != "" {
 			excluded[i] = &urls[i].ExcludedBecause
 		}
@@ -186,17 +190,18 @@ func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL
 	}
 	rows, err := s.pool.Query(ctx, `
 		INSERT INTO frontier (campaign, fingerprint, url, found_as, host_id, shard_key, depth, redirects, parent_id,
-		                      state, last_error, finished_at, kind)
+		                      state, last_error, finished_at, kind, priority)
 		SELECT $1, l.fp, l.url, l.found, h.id, l.key, l.depth, l.redirects, l.parent,
 		       CASE WHEN l.excluded IS NULL THEN 'pending' ELSE 'excluded' END::url_state, l.excluded,
-		       CASE WHEN l.excluded IS NOT NULL THEN now() END, l.kind
-		FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[], $8::bigint[], $9::text[], $10::text[])
-		     WITH ORDINALITY AS l(fp, url, found, key, depth, redirects, parent, excluded, kind, ord)
+		       CASE WHEN l.excluded IS NOT NULL THEN now() END, l.kind, l.priority
+		FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[], $8::bigint[], $9::text[], $10::text[],
+		            $11::smallint[])
+		     WITH ORDINALITY AS l(fp, url, found, key, depth, redirects, parent, excluded, kind, priority, ord)
 		JOIN hosts h ON h.campaign = $1 AND h.shard_key = l.key
 		ORDER BY l.ord
 		ON CONFLICT (campaign, fingerprint) DO NOTHING
 		RETURNING fingerprint`,
-		campaignKey, fps, canon, found, shard, depth, redirects, parent, excluded, kind)
+		campaignKey, fps, canon, found, shard, depth, redirects, parent, excluded, kind, priority)
 	if err != nil {
 		return nil, fmt.Errorf("add URLs: %w", err)
 	}

@@ -269,3 +269,31 @@ func sumOf(xs []int) int {
 	}
 	return n
 }
+
+// TestInsertedPriorityLeasesFirst: a URL inserted with a priority (a rule
+// of the spec, a sitemap's <priority>) is leased before its host's other
+// pending URLs, however late it was found, and one below 0 after them.
+func TestInsertedPriorityLeasesFirst(t *testing.T) {
+	s := harness.OpenStore(t)
+	key := newCampaign(t, s, "http://p.test/")
+	in := urls(t, "http://p.test/a", "http://p.test/b", "http://p.test/low", "http://p.test/high")
+	in[2].Priority, in[3].Priority = -4, 10
+	if _, err := s.InsertURLs(ctx, key, in); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for range 4 {
+		l := leaseAll(t, s, key, 1, 1)
+		if len(l.Groups) != 1 || len(l.Groups[0].IDs) != 1 {
+			t.Fatalf("lease %v, want one URL", l.Groups)
+		}
+		var url string
+		if err := s.Pool().QueryRow(ctx, `SELECT url FROM frontier WHERE id = $1`, l.Groups[0].IDs[0]).Scan(&url); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, url)
+	}
+	if got[0] != "http://p.test/high" || got[3] != "http://p.test/low" || !slices.Contains(got[1:3], "http://p.test/a") {
+		t.Errorf("leased %q, want /high first, /a and /b, then /low", got)
+	}
+}
