@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,9 +58,11 @@ func Open(ctx context.Context, url string, maxConns int32, timeout time.Duration
 	defer cancel()
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		if pctx.Err() != nil && ctx.Err() == nil {
+		if (pctx.Err() != nil || timedOut(err)) && ctx.Err() == nil {
 			// A server that accepts nothing or never answers: say so,
-			// rather than only "context deadline exceeded".
+			// rather than only "context deadline exceeded". pgx's own
+			// connect timeout (the same timeout) may fire just before
+			// the ping's deadline: that is no answer too.
 			return nil, fmt.Errorf("cannot reach Postgres at %s: no answer within %s: %w", where, timeout, unwrapConnect(err))
 		}
 		return nil, fmt.Errorf("cannot reach Postgres at %s: %w", where, unwrapConnect(err))
@@ -84,6 +87,13 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Close releases all connections.
 func (s *Store) Close() { s.pool.Close() }
+
+// timedOut says whether err is a timeout: a deadline passed, or the
+// network gave up waiting.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
 
 func unwrapConnect(err error) error {
 	var ce *pgconn.ConnectError
