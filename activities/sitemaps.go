@@ -50,6 +50,7 @@ func (f *Fetch) loadSitemaps(ctx context.Context, r *rules, campaignKey int64, r
 		}
 		queue = append(queue, sm.Sitemaps...)
 		var urls []store.NewURL
+		var mods []store.SitemapLastMod
 		for i, raw := range sm.URLs {
 			u, err := crawl.Resolve(loc, raw)
 			if err != nil {
@@ -59,6 +60,16 @@ func (f *Fetch) loadSitemaps(ctx context.Context, r *rules, campaignKey int64, r
 				// The sitemap ranks its URLs; a rule of the spec may rank higher.
 				link.Priority = int16(r.priorities.Of(u.String, campaign.SitemapPriority(sm.Priorities[i])))
 				urls = append(urls, link)
+				if !sm.LastMods[i].IsZero() {
+					mods = append(mods, store.SitemapLastMod{Fingerprint: int64(u.Fingerprint()), URL: u.String, LastMod: sm.LastMods[i]})
+				}
+			}
+		}
+		// A recurring campaign revisits at once a URL the sitemap says
+		// changed since it was last fetched (noted before the URL is queued).
+		if rec := r.spec.Recrawl; rec != nil {
+			if err := f.store.NoteSitemapLastMods(ctx, rec.Series, mods); err != nil {
+				f.log.Warn("recrawl: sitemap lastmods not noted; their URLs wait for their intervals", "sitemap", loc.String, "error", err)
 			}
 		}
 		budget -= len(sm.URLs)

@@ -245,3 +245,27 @@ func TestSitemapPriorities(t *testing.T) {
 		t.Fatalf("urls %q priorities %v (%v), want %v", sm.URLs, sm.Priorities, err, want)
 	}
 }
+
+// TestSitemapLastMods: each URL keeps its <lastmod>, in any W3C datetime
+// precision; none, or one that does not parse, is zero.
+func TestSitemapLastMods(t *testing.T) {
+	doc := `<urlset>
+<url><loc>http://h/a</loc><lastmod>2026-11-30</lastmod></url>
+<url><lastmod>2026-11-30T10:20:30+01:00</lastmod><loc>http://h/b</loc></url>
+<url><loc>http://h/c</loc><lastmod>2026-11-30T10:20Z</lastmod></url>
+<url><loc>http://h/d</loc></url>
+<url><loc>http://h/e</loc><lastmod>yesterday</lastmod></url></urlset>`
+	sm, err := ParseSitemap([]byte(doc), 100, 1<<20)
+	want := []time.Time{
+		time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), time.Date(2026, 11, 30, 9, 20, 30, 0, time.UTC),
+		time.Date(2026, 11, 30, 10, 20, 0, 0, time.UTC), {}, {},
+	}
+	if err != nil || len(sm.LastMods) != len(want) {
+		t.Fatalf("lastmods %v (%v), want %v", sm.LastMods, err, want)
+	}
+	for i := range want {
+		if !sm.LastMods[i].Equal(want[i]) {
+			t.Errorf("%s: lastmod %v, want %v", sm.URLs[i], sm.LastMods[i], want[i])
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Sitemap is what one sitemap document lists: page URLs (a urlset) or more
@@ -18,9 +19,23 @@ type Sitemap struct {
 	// Priorities are the URLs' <priority>, 0.0 to 1.0, by index (0.5, the
 	// protocol's default, when a URL gives none or a bad one).
 	Priorities []float64
-	Sitemaps   []string
+	// LastMods are the URLs' <lastmod> (W3C datetime), by index; zero
+	// when a URL gives none or one that does not parse.
+	LastMods []time.Time
+	Sitemaps []string
 	// Truncated is set when the document listed more than the cap.
 	Truncated bool
+}
+
+// parseW3CDate reads a sitemap <lastmod>: a W3C datetime, from a date
+// ("2024-01-31") to seconds with a fraction and a zone.
+func parseW3CDate(s string) (time.Time, bool) {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04Z07:00", "2006-01-02", "2006-01", "2006"} {
+		if at, err := time.Parse(layout, s); err == nil {
+			return at, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // DefaultSitemapPriority is a sitemap URL's priority when it gives none.
@@ -44,11 +59,12 @@ func ParseSitemap(body []byte, maxEntries int, maxBytes int64) (Sitemap, error) 
 	dec := xml.NewDecoder(limited)
 	dec.Strict = false
 	var (
-		inLoc, inPriority bool
-		parent            string // "url" or "sitemap"
-		loc, prio         strings.Builder
-		urlAt             = -1 // index in URLs of the current <url>'s loc
-		urlPriority       = DefaultSitemapPriority
+		inLoc, inPriority, inLastMod bool
+		parent                       string // "url" or "sitemap"
+		loc, prio, lastmod           strings.Builder
+		urlAt                        = -1 // index in URLs of the current <url>'s loc
+		urlPriority                  = DefaultSitemapPriority
+		urlLastMod                   time.Time
 	)
 	for {
 		tok, err := dec.Token()
@@ -70,7 +86,10 @@ func ParseSitemap(body []byte, maxEntries int, maxBytes int64) (Sitemap, error) 
 			switch t.Name.Local {
 			case "url", "sitemap":
 				parent = t.Name.Local
-				urlAt, urlPriority = -1, DefaultSitemapPriority
+				urlAt, urlPriority, urlLastMod = -1, DefaultSitemapPriority, time.Time{}
+			case "lastmod":
+				inLastMod = true
+				lastmod.Reset()
 			case "priority":
 				inPriority = true
 				prio.Reset()
@@ -85,7 +104,20 @@ func ParseSitemap(body []byte, maxEntries int, maxBytes int64) (Sitemap, error) 
 			if inPriority && prio.Len() < 32 {
 				prio.Write(t)
 			}
+			if inLastMod && lastmod.Len() < 64 {
+				lastmod.Write(t)
+			}
 		case xml.EndElement:
+			if t.Name.Local == "lastmod" && inLastMod {
+				inLastMod = false
+				if at, ok := parseW3CDate(strings.TrimSpace(lastmod.String())); ok {
+					urlLastMod = at
+					if urlAt >= 0 {
+						sm.LastMods[urlAt] = at
+					}
+				}
+				continue
+			}
 			if t.Name.Local == "priority" && inPriority {
 				inPriority = false
 				if p, err := strconv.ParseFloat(strings.TrimSpace(prio.String()), 64); err == nil && p >= 0 && p <= 1 {
@@ -114,6 +146,7 @@ func ParseSitemap(body []byte, maxEntries int, maxBytes int64) (Sitemap, error) 
 				urlAt = len(sm.URLs)
 				sm.URLs = append(sm.URLs, u)
 				sm.Priorities = append(sm.Priorities, urlPriority)
+				sm.LastMods = append(sm.LastMods, urlLastMod)
 			}
 		}
 	}

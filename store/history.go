@@ -18,11 +18,15 @@ type URLHistory struct {
 	Changes     int
 	Interval    time.Duration
 	Gone        bool
+	// SitemapLastMod is the latest <lastmod> a sitemap gave the URL.
+	SitemapLastMod time.Time
 }
 
-// Due says whether a URL seen before is due for a revisit at now.
+// Due says whether a URL seen before is due for a revisit at now: its
+// interval has passed since it was last fetched, or a sitemap says it
+// changed after that.
 func (h *URLHistory) Due(now time.Time) bool {
-	return h.LastFetched.IsZero() || !now.Before(h.LastFetched.Add(h.Interval))
+	return h.LastFetched.IsZero() || !now.Before(h.LastFetched.Add(h.Interval)) || h.SitemapLastMod.After(h.LastFetched)
 }
 
 // History reads what a series saw of the URLs with these fingerprints;
@@ -31,7 +35,7 @@ func (s *Store) History(ctx context.Context, series string, fingerprints []int64
 	rows, err := s.pool.Query(ctx, `
 		SELECT fingerprint, coalesce(etag, ''), coalesce(last_modified, ''), coalesce(digest, ''), links,
 		       first_seen, coalesce(last_fetched, 'epoch'), coalesce(last_changed, first_seen), changes, interval_s,
-		       gone_at IS NOT NULL
+		       gone_at IS NOT NULL, coalesce(sitemap_lastmod, 'epoch')
 		FROM url_history WHERE series = $1 AND fingerprint = ANY($2)`, series, fingerprints)
 	if err != nil {
 		return nil, fmt.Errorf("history of series %s: %w", series, err)
@@ -45,11 +49,14 @@ func (s *Store) History(ctx context.Context, series string, fingerprints []int64
 			h        URLHistory
 		)
 		if err := rows.Scan(&fp, &h.ETag, &h.LastModified, &h.Digest, &h.Links, &h.FirstSeen,
-			&h.LastFetched, &h.LastChanged, &h.Changes, &interval, &h.Gone); err != nil {
+			&h.LastFetched, &h.LastChanged, &h.Changes, &interval, &h.Gone, &h.SitemapLastMod); err != nil {
 			return nil, fmt.Errorf("history of series %s: %w", series, err)
 		}
 		if h.LastFetched.Equal(time.Unix(0, 0)) {
 			h.LastFetched = time.Time{}
+		}
+		if h.SitemapLastMod.Equal(time.Unix(0, 0)) {
+			h.SitemapLastMod = time.Time{}
 		}
 		h.Interval = time.Duration(interval) * time.Second
 		out[fp] = &h
@@ -58,6 +65,38 @@ func (s *Store) History(ctx context.Context, series string, fingerprints []int64
 		return nil, fmt.Errorf("history of series %s: %w", series, err)
 	}
 	return out, nil
+}
+
+// SitemapLastMod is a <lastmod> a sitemap gave a URL.
+type SitemapLastMod struct {
+	Fingerprint int64
+	URL         string
+	LastMod     time.Time
+}
+
+// NoteSitemapLastMods records the <lastmod> sitemaps gave URLs of a
+// series: a URL whose lastmod is after its last fetch is due at once,
+// whatever its interval. A URL new to the series gets a history with only
+// that (it is due: never fetched).
+func (s *Store) NoteSitemapLastMods(ctx context.Context, series string, mods []SitemapLastMod) error {
+	if len(mods) == 0 {
+		return nil
+	}
+	fps, urls, ats := make([]int64, len(mods)), make([]string, len(mods)), make([]time.Time, len(mods))
+	for i, m := range mods {
+		fps[i], urls[i], ats[i] = m.Fingerprint, m.URL, m.LastMod
+	}
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO url_history AS h (series, fingerprint, url, sitemap_lastmod)
+		SELECT $1, m.fp, m.url, max(m.at) FROM unnest($2::bigint[], $3::text[], $4::timestamptz[]) AS m(fp, url, at)
+		GROUP BY m.fp, m.url
+		ON CONFLICT (series, fingerprint) DO UPDATE SET
+		    sitemap_lastmod = greatest(h.sitemap_lastmod, excluded.sitemap_lastmod)`,
+		series, fps, urls, ats)
+	if err != nil {
+		return fmt.Errorf("note %d sitemap lastmods of series %s: %w", len(mods), series, err)
+	}
+	return nil
 }
 
 // Visit kinds: what a fetch of a URL of a series found.
@@ -124,6 +163,7 @@ func (s *Store) RecordVisits(ctx context.Context, series string, min, max time.D
 		    last_changed = CASE WHEN excluded.digest IS NOT NULL AND excluded.digest IS DISTINCT FROM h.digest
 		                        THEN excluded.last_fetched ELSE h.last_changed END,
 		    interval_s = CASE
+		        WHEN h.digest IS NULL THEN h.interval_s -- its first version (a sitemap named it before)
 		        WHEN excluded.digest IS NOT NULL AND h.digest IS NOT NULL AND excluded.digest <> h.digest
 		            THEN least($12::bigint, greatest($11::bigint, (h.interval_s * 0.8)::bigint))
 		        WHEN excluded.gone_at IS NOT NULL THEN h.interval_s

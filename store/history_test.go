@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -73,4 +74,57 @@ func TestHistoryFollowsVersions(t *testing.T) {
 		h = visit(store.Visit{Kind: store.VisitFetched, Status: 200, Digest: d}, 8+i)
 	}
 	check("changed 4 times more", h, "", "d6", 5, time.Hour, false) // 7903 s x 0.8^4 is under min
+}
+
+// TestSitemapLastModMakesAURLDue: a URL not due by its interval is due
+// once a sitemap gives it a lastmod after its last fetch, and not for an
+// older one; a URL a sitemap names first is due, and its first version
+// starts its history as any other's.
+func TestSitemapLastModMakesAURLDue(t *testing.T) {
+	s := harness.OpenStore(t)
+	series := t.Name()
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	for _, at := range []time.Duration{0, time.Minute} { // two unchanged fetches: interval 84m
+		if err := s.RecordVisits(ctx, series, time.Hour, 10*time.Hour, []store.Visit{{Fingerprint: 1, URL: "http://a/1",
+			Kind: store.VisitFetched, Status: 200, Digest: "d", At: t0.Add(at)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	history := func(fp int64) *store.URLHistory {
+		t.Helper()
+		h, err := s.History(ctx, series, []int64{fp})
+		if err != nil || h[fp] == nil {
+			t.Fatalf("history of %d: %v %v", fp, h, err)
+		}
+		return h[fp]
+	}
+	now := time.Now()
+	if history(1).Due(now) {
+		t.Fatalf("fetched a minute after %s with interval %s: due already", t0, history(1).Interval)
+	}
+	note := func(fp int64, at time.Time) {
+		t.Helper()
+		if err := s.NoteSitemapLastMods(ctx, series, []store.SitemapLastMod{{Fingerprint: fp, URL: fmt.Sprintf("http://a/%d", fp), LastMod: at}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	note(1, t0.Add(-time.Hour))
+	if history(1).Due(now) {
+		t.Error("due after a lastmod older than its last fetch")
+	}
+	note(1, t0.Add(30*time.Minute))
+	if !history(1).Due(now) {
+		t.Error("not due after a lastmod newer than its last fetch")
+	}
+	note(2, t0)
+	if h := history(2); !h.Due(now) || h.Digest != "" {
+		t.Errorf("a URL a sitemap names first: %+v, want due with no version", h)
+	}
+	if err := s.RecordVisits(ctx, series, time.Hour, 10*time.Hour, []store.Visit{{Fingerprint: 2, URL: "http://a/2",
+		Kind: store.VisitFetched, Status: 200, Digest: "d2", At: now}}); err != nil {
+		t.Fatal(err)
+	}
+	if h := history(2); h.Interval != 0 || h.Changes != 0 || h.Digest != "d2" {
+		t.Errorf("its first version: %+v, want interval 0, no change", h)
+	}
 }

@@ -17,5 +17,6 @@ CREATE TABLE IF NOT EXISTS url_history (
     interval_s    bigint      NOT NULL DEFAULT 0, -- revisit interval: due at last_fetched + it
     last_status   int,
     gone_at       timestamptz,          -- when it first answered 404 or 410; NULL while it answers
+    sitemap_lastmod timestamptz,        -- the latest <lastmod> a sitemap gave it: due if after last_fetched
     PRIMARY KEY (series, fingerprint)
 );
