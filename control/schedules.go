@@ -337,8 +337,29 @@ func (s *Schedules) Unpause(ctx context.Context, id string) error {
 // Trigger starts a run now, paused or not. Under the schedule's overlap
 // policy a run still going makes it skip this one: the caller can tell
 // from Describe's recent runs, or warn beforehand.
+//
+// Temporal names a run after the second it was due: a run triggered in
+// the second of the last one would take its campaign ID, and carry on
+// that campaign instead of starting afresh. Trigger waits for the next
+// second first (a second at most).
 func (s *Schedules) Trigger(ctx context.Context, id string) error {
-	err := s.Client.ScheduleClient().GetHandle(ctx, id).Trigger(ctx, client.ScheduleTriggerOptions{})
+	info, err := s.Describe(ctx, id)
+	if err != nil {
+		return err
+	}
+	if n := len(info.Recent); n > 0 {
+		last := info.Recent[n-1].ScheduledAt.Truncate(time.Second)
+		if wait := time.Until(last.Add(time.Second)); wait > 0 {
+			t := time.NewTimer(min(wait, time.Second))
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	err = s.Client.ScheduleClient().GetHandle(ctx, id).Trigger(ctx, client.ScheduleTriggerOptions{})
 	return scheduleErr("trigger", id, err)
 }
 

@@ -190,3 +190,39 @@ func exportAll(t *testing.T, s *harness.Stack, id string) map[string]store.PageR
 	}
 	return out
 }
+
+// TestTriggersInOneSecondStartTwoCampaigns: Temporal names a scheduled
+// run after the second it was due, so a run triggered in the second of the
+// last one would have its campaign ID and carry on that campaign. Two
+// triggers in a row start two campaigns under two IDs.
+func TestTriggersInOneSecondStartTwoCampaigns(t *testing.T) {
+	s := harness.NewStack(t)
+	schedules := &control.Schedules{Client: s.Client, Queue: s.Config.ControlQueue, Namespace: s.Config.Namespace}
+	id := "twice-" + s.Name
+	spec := campaign.Spec{Seeds: []string{"http://127.0.0.1:1/"}} // no node runs it: nothing is fetched
+	if err := schedules.Create(bg, id, spec, control.Recurrence{Every: 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { schedules.Delete(bg, id) })
+	var runs []control.ScheduledRun
+	for n := 1; n <= 2; n++ {
+		if err := schedules.Trigger(bg, id); err != nil {
+			t.Fatal(err)
+		}
+		harness.Eventually(t, time.Minute, "the schedule to start its campaign", func() bool {
+			info, err := schedules.Describe(bg, id)
+			if err != nil || len(info.Recent) < n {
+				return false
+			}
+			runs = info.Recent
+			return true
+		})
+		// Ended at once, so the next trigger is not skipped as an overlap.
+		if err := s.Client.TerminateWorkflow(bg, runs[n-1].CampaignID, runs[n-1].RunID, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if runs[0].CampaignID == runs[1].CampaignID {
+		t.Errorf("both triggers started campaign %s", runs[0].CampaignID)
+	}
+}
