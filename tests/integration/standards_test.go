@@ -28,16 +28,9 @@ func standardsWeb(t *testing.T) *synthweb.Web {
 // of the URL as canonical.
 func exportByPath(t *testing.T, s *harness.Stack, id, host string) map[string]store.PageRecord {
 	t.Helper()
-	campaignKey, err := s.Store.CampaignKey(bg, id)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]store.PageRecord{}
-	if _, err := s.Store.ExportPages(bg, campaignKey, true, func(r store.PageRecord) error {
-		out[strings.TrimPrefix(r.URL, "http://"+host)] = r
-		return nil
-	}); err != nil {
-		t.Fatal(err)
+	for url, r := range exportAll(t, s, id) {
+		out[strings.TrimPrefix(url, "http://"+host)] = r
 	}
 	return out
 }
