@@ -212,68 +212,76 @@ type Processed struct {
 func (s *Store) StoreProcessed(ctx context.Context, campaignKey int64, processor string, results []Processed) (stored int, err error) {
 	err = s.retryTx(ctx, func(tx pgx.Tx) error {
 		stored = 0
-		ids := make([]int64, len(results))
-		for i, r := range results {
-			ids[i] = r.ID
-		}
-		rows, err := tx.Query(ctx, `
-			SELECT url_id FROM deliveries
-			WHERE campaign = $1 AND processor = $2 AND url_id = ANY($3) AND state = 'leased'
-			ORDER BY url_id FOR UPDATE`, campaignKey, processor, ids)
-		if err != nil {
-			return err
-		}
-		held := map[int64]bool{}
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			held[id] = true
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
 		var (
-			iIDs, dIDs     []int64
-			iSeq, dItems   []int32
-			dLinks         []int32
-			iItem, dStates []string
+			dIDs, iIDs     []int64
+			dItems, dLinks []int32
+			iSeq           []int32
+			dStates, iItem []string
 			dErrs          []*string
 		)
+		once := make(map[int64]bool, len(results)) // a page twice in one result counts once
 		for i, r := range results {
-			if !held[r.ID] {
+			if once[r.ID] {
 				continue
 			}
-			held[r.ID] = false // a page twice in one result counts once
-			stored++
+			once[r.ID] = true
 			state := DeliveryDone
 			if r.Error != "" {
 				state = DeliveryFailed
 				dErrs = append(dErrs, &results[i].Error)
 			} else {
 				dErrs = append(dErrs, nil)
-				for seq, it := range r.Items {
-					iIDs = append(iIDs, r.ID)
-					iSeq = append(iSeq, int32(seq))
-					iItem = append(iItem, string(it))
-				}
 			}
 			dIDs = append(dIDs, r.ID)
 			dStates = append(dStates, state)
 			dItems = append(dItems, int32(len(r.Items)))
 			dLinks = append(dLinks, int32(r.Links))
 		}
-		if len(dIDs) == 0 {
-			return nil
-		}
-		if _, err := tx.Exec(ctx, `
-			DELETE FROM items WHERE campaign = $1 AND processor = $2 AND url_id = ANY($3)`,
-			campaignKey, processor, dIDs); err != nil {
+		// Only deliveries still leased are recorded; the update locks them,
+		// so a store of the same batch beside this one waits, then finds
+		// them recorded.
+		rows, err := tx.Query(ctx, `
+			UPDATE deliveries d SET state = r.state, error = r.err, items = CASE WHEN r.state = 'done' THEN r.items ELSE 0 END,
+			       links = r.links, done_at = now()
+			FROM unnest($3::bigint[], $4::text[], $5::text[], $6::int[], $7::int[]) AS r(id, state, err, items, links)
+			WHERE d.campaign = $1 AND d.processor = $2 AND d.url_id = r.id AND d.state = 'leased'
+			RETURNING d.url_id`,
+			campaignKey, processor, dIDs, dStates, dErrs, dItems, dLinks)
+		if err != nil {
 			return err
 		}
+		held := map[int64]bool{}
+		var id int64
+		if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { held[id] = true; return nil }); err != nil {
+			return err
+		}
+		stored = len(held)
+		if stored == 0 {
+			return nil
+		}
+		var recorded []int64
+		for _, r := range results {
+			if !held[r.ID] {
+				continue
+			}
+			recorded = append(recorded, r.ID)
+			if r.Error == "" {
+				for seq, it := range r.Items {
+					iIDs = append(iIDs, r.ID)
+					iSeq = append(iSeq, int32(seq))
+					iItem = append(iItem, string(it))
+				}
+			}
+			held[r.ID] = false // its items once
+		}
 		if len(iIDs) > 0 {
+			// A page's items replace any it had (a delivery retried after
+			// retry-failed), never add to them.
+			if _, err := tx.Exec(ctx, `
+				DELETE FROM items WHERE campaign = $1 AND processor = $2 AND url_id = ANY($3)`,
+				campaignKey, processor, iIDs); err != nil {
+				return err
+			}
 			if _, err := tx.Exec(ctx, `
 				INSERT INTO items (campaign, processor, url_id, seq, item)
 				SELECT $1, $2, i.id, i.seq, i.item::jsonb
@@ -282,18 +290,10 @@ func (s *Store) StoreProcessed(ctx context.Context, campaignKey int64, processor
 				return fmt.Errorf("items: %w", err)
 			}
 		}
-		if _, err := tx.Exec(ctx, `
-			UPDATE deliveries d SET state = r.state, error = r.err, items = CASE WHEN r.state = 'done' THEN r.items ELSE 0 END,
-			       links = r.links, done_at = now()
-			FROM unnest($3::bigint[], $4::text[], $5::text[], $6::int[], $7::int[]) AS r(id, state, err, items, links)
-			WHERE d.campaign = $1 AND d.processor = $2 AND d.url_id = r.id`,
-			campaignKey, processor, dIDs, dStates, dErrs, dItems, dLinks); err != nil {
-			return err
-		}
 		_, err = tx.Exec(ctx, `
 			DELETE FROM page_bodies b WHERE b.url_id = ANY($2) AND NOT EXISTS (
 				SELECT 1 FROM deliveries d WHERE d.campaign = $1 AND d.url_id = b.url_id AND d.state IN ('pending', 'leased'))`,
-			campaignKey, dIDs)
+			campaignKey, recorded)
 		return err
 	})
 	if err != nil {
