@@ -127,20 +127,29 @@ func (c *Control) LeaseHosts(ctx context.Context, req campaign.LeaseHostsRequest
 	return lease, err
 }
 
+// campaignProcessors is the campaign's processors. They never change, so
+// they are read from its spec once.
+func (c *Control) campaignProcessors(ctx context.Context, key int64) ([]campaign.Processor, error) {
+	if procs, ok := c.processors.Load(key); ok {
+		return procs.([]campaign.Processor), nil
+	}
+	spec, err := c.Store.CampaignSpec(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	procs, _ := c.processors.LoadOrStore(key, spec.Processors)
+	return procs.([]campaign.Processor), nil
+}
+
 // processorsWaiting counts the pages waiting for each of the campaign's
-// processors; nil for a campaign without any. A campaign's processors
-// never change, so they are looked up once.
+// processors; nil for a campaign without any.
 func (c *Control) processorsWaiting(ctx context.Context, key int64) (map[string]int, error) {
-	procs, ok := c.processors.Load(key)
-	if !ok {
-		spec, err := c.Store.CampaignSpec(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		procs, _ = c.processors.LoadOrStore(key, spec.Processors)
+	procs, err := c.campaignProcessors(ctx, key)
+	if err != nil {
+		return nil, err
 	}
 	var out map[string]int
-	for _, p := range procs.([]campaign.Processor) {
+	for _, p := range procs {
 		n, err := c.Store.DeliveriesWaiting(ctx, key, p.Name, p.MaxPending+1)
 		if err != nil {
 			return nil, err

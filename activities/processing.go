@@ -25,15 +25,15 @@ const BodyPath = "/v1/bodies/"
 // processor's limit, by reference above it, or all by reference when the
 // processor asks so and a node serves bodies.
 func (c *Control) LeaseDeliveries(ctx context.Context, req campaign.DeliveryLeaseRequest) (campaign.DeliveryLease, error) {
-	spec, err := c.Store.CampaignSpec(ctx, req.CampaignKey)
+	procs, err := c.campaignProcessors(ctx, req.CampaignKey)
 	if err != nil {
 		return campaign.DeliveryLease{}, err
 	}
-	i := slices.IndexFunc(spec.Processors, func(p campaign.Processor) bool { return p.Name == req.Processor })
+	i := slices.IndexFunc(procs, func(p campaign.Processor) bool { return p.Name == req.Processor })
 	if i < 0 {
 		return campaign.DeliveryLease{}, fmt.Errorf("campaign %s has no processor %q", req.CampaignID, req.Processor)
 	}
-	p := spec.Processors[i]
+	p := procs[i]
 	if req.Reset {
 		if _, err := c.Store.ReleaseDeliveries(ctx, req.CampaignKey, p.Name, campaign.LeaseRun(req.Lease)); err != nil {
 			return campaign.DeliveryLease{}, err
