@@ -801,6 +801,7 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 	}
 	if len(bodies.dIDs) > 0 {
 		s.grew(&s.deliveryStats, len(bodies.dIDs))
+		s.grew(&s.bodyStats, len(bodies.ids))
 	}
 	return res, nil
 }

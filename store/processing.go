@@ -141,26 +141,37 @@ func (s *Store) LeaseDeliveries(ctx context.Context, campaignKey int64, processo
 	var out DeliveryLease
 	err := s.retryTx(ctx, func(tx pgx.Tx) error {
 		out = DeliveryLease{}
-		rows, err := tx.Query(ctx, `
-			WITH held AS (
+		// By ids, statement by statement: joined to the CTEs in one
+		// statement, the planner hashed the whole campaign's frontier and
+		// deliveries at every lease (14 ms a lease at 60,000 URLs).
+		// A lease retried finds the rows it took; else it takes the oldest
+		// pending ones.
+		ids, err := collectIDs(tx.Query(ctx, `
+			SELECT url_id FROM deliveries
+			WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND lease = $3`, campaignKey, processor, lease))
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			if ids, err = collectIDs(tx.Query(ctx, `
 				SELECT url_id FROM deliveries
-				WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND lease = $5
-			), picked AS (
-				SELECT url_id FROM deliveries
-				WHERE campaign = $1 AND processor = $2 AND state = 'pending' AND NOT EXISTS (SELECT 1 FROM held)
+				WHERE campaign = $1 AND processor = $2 AND state = 'pending'
 				ORDER BY url_id LIMIT $3
-				FOR UPDATE SKIP LOCKED
-			), leased AS (
-				UPDATE deliveries d SET state = 'leased', attempts = d.attempts + 1, lease = $5
-				FROM picked WHERE d.campaign = $1 AND d.processor = $2 AND d.url_id = picked.url_id
-				RETURNING d.url_id
-			), batch AS (
-				SELECT url_id FROM leased UNION ALL SELECT url_id FROM held
-			)
+				FOR UPDATE SKIP LOCKED`, campaignKey, processor, max)); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `
+				UPDATE deliveries SET state = 'leased', attempts = attempts + 1, lease = $4
+				WHERE campaign = $1 AND url_id = ANY($3) AND processor = $2`, campaignKey, processor, ids, lease); err != nil {
+				return err
+			}
+		}
+		rows, err := tx.Query(ctx, `
 			SELECT f.id, f.url, f.depth, b.final_url, b.status, b.headers, coalesce(b.content_type, ''), b.fetched_at,
-			       length(b.body), CASE WHEN length(b.body) <= $4 THEN b.body END, b.token, b.sha256
-			FROM batch l JOIN frontier f ON f.id = l.url_id JOIN page_bodies b ON b.url_id = l.url_id
-			ORDER BY f.id`, campaignKey, processor, max, inline, lease)
+			       length(b.body), CASE WHEN length(b.body) <= $3 THEN b.body END, b.token, b.sha256
+			FROM frontier f JOIN page_bodies b ON b.url_id = f.id
+			WHERE f.id = ANY($2) AND f.campaign = $1
+			ORDER BY f.id`, campaignKey, ids, inline)
 		if err != nil {
 			return err
 		}
@@ -291,7 +302,8 @@ func (s *Store) StoreProcessed(ctx context.Context, campaignKey int64, processor
 			}
 		}
 		_, err = tx.Exec(ctx, `
-			DELETE FROM page_bodies b WHERE b.url_id = ANY($2) AND NOT EXISTS (
+			DELETE FROM page_bodies b USING unnest($2::bigint[]) AS x(id)
+			WHERE b.url_id = x.id AND NOT EXISTS (
 				SELECT 1 FROM deliveries d WHERE d.campaign = $1 AND d.url_id = b.url_id AND d.state IN ('pending', 'leased'))`,
 			campaignKey, recorded)
 		return err
@@ -448,6 +460,14 @@ func (s *Store) Bodies(ctx context.Context, tokens []string) (map[string][]byte,
 		return nil, fmt.Errorf("bodies: %w", err)
 	}
 	return out, nil
+}
+
+// collectIDs reads a column of ids.
+func collectIDs(rows pgx.Rows, err error) ([]int64, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
 }
 
 // PageKey is a page's idempotency key for processors: the campaign ID and

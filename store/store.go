@@ -34,8 +34,9 @@ type Store struct {
 	// stats keeps the planner's statistics of the frontier up with its
 	// growth (see analyzeAsItGrows).
 	stats tableStats
-	// deliveryStats does the same for deliveries.
-	deliveryStats tableStats
+	// deliveryStats and bodyStats do the same for deliveries and
+	// page_bodies.
+	deliveryStats, bodyStats tableStats
 }
 
 // Open connects to the database at url and checks it answers within
@@ -71,6 +72,7 @@ func Open(ctx context.Context, url string, maxConns int32, timeout time.Duration
 		pool: pool, where: where,
 		stats:         tableStats{table: "frontier", after: analyzeAfter},
 		deliveryStats: tableStats{table: "deliveries", after: 2_000},
+		bodyStats:     tableStats{table: "page_bodies", after: 2_000},
 	}, nil
 }
 

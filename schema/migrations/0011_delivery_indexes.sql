@@ -8,3 +8,10 @@ CREATE INDEX IF NOT EXISTS deliveries_pending ON deliveries (campaign, processor
 CREATE INDEX IF NOT EXISTS deliveries_leased ON deliveries (campaign, processor, lease)
     WHERE state = 'leased';
 DROP INDEX IF EXISTS deliveries_waiting;
+
+-- page_bodies is analyzed as it churns (see store/stats.go): statistics of
+-- the bodies and headers, which no query filters on, only made each
+-- analyze slow.
+ALTER TABLE page_bodies ALTER COLUMN body SET STATISTICS 0;
+ALTER TABLE page_bodies ALTER COLUMN headers SET STATISTICS 0;
+ALTER TABLE page_bodies ALTER COLUMN final_url SET STATISTICS 0;
