@@ -48,7 +48,10 @@ type Processor struct {
 	// from the nodes, all of a batch in one request (BodyServers), so
 	// Temporal carries only the pages' metadata. "reference" needs nodes
 	// that serve bodies (--metrics-addr); without any, bodies go inline.
-	Bodies string `json:"bodies"`
+	// Left empty it is "inline", and stays empty in the normalised spec:
+	// a campaign started before this field existed sends its activities
+	// the same spec on replay.
+	Bodies string `json:"bodies,omitempty"`
 	// InlineBodyLimit is the largest body sent inside the request; a
 	// larger one is sent by reference (Page.BodyRef). Default 256 KiB,
 	// at most 512 KiB, the most a batch carries inline.
@@ -156,9 +159,7 @@ func (s *Spec) normalizeProcessors(add func(error)) {
 		inRange("window", &p.Window, DefaultProcessorWindow, 1, 64)
 		inRange("max_pending", &p.MaxPending, DefaultProcessorMaxPending, 1, 1_000_000)
 		switch p.Bodies {
-		case "":
-			p.Bodies = BodiesInline
-		case BodiesInline, BodiesReference:
+		case "", BodiesInline, BodiesReference:
 		default:
 			add(fieldErr(field("bodies"), "want %q or %q, got %q", BodiesInline, BodiesReference, p.Bodies))
 		}
