@@ -39,13 +39,33 @@ func (c *Control) LeaseDeliveries(ctx context.Context, req campaign.DeliveryLeas
 			return campaign.DeliveryLease{}, err
 		}
 	}
-	servers, err := c.Store.BodyServers(ctx)
-	if err != nil {
-		return campaign.DeliveryLease{}, err
+	// The nodes' body endpoints, read once and only when needed: before the
+	// lease for a processor that takes every body by reference (without a
+	// node serving bodies, they go inline), else for a body too large to.
+	var bases []string
+	read := false
+	bodyServers := func() ([]string, error) {
+		if !read {
+			servers, err := c.Store.BodyServers(ctx)
+			if err != nil {
+				return nil, err
+			}
+			for _, addr := range servers {
+				bases = append(bases, "http://"+addr+BodyPath)
+			}
+			read = true
+		}
+		return bases, nil
 	}
 	inline, batchBytes := p.InlineBodyLimit, int64(campaign.MaxInlineBatchBytes)
-	if p.Bodies == campaign.BodiesReference && len(servers) > 0 {
-		inline, batchBytes = 0, 0
+	if p.Bodies == campaign.BodiesReference {
+		servers, err := bodyServers()
+		if err != nil {
+			return campaign.DeliveryLease{}, err
+		}
+		if len(servers) > 0 {
+			inline, batchBytes = 0, 0
+		}
 	}
 	lease, err := c.Store.LeaseDeliveries(ctx, req.CampaignKey, p.Name, req.Lease, p.BatchSize, inline, batchBytes, p.MaxPending+1)
 	if err != nil {
@@ -62,16 +82,16 @@ func (c *Control) LeaseDeliveries(ctx context.Context, req campaign.DeliveryLeas
 			Body: lp.Body, BodyLength: lp.Length,
 		}
 		if lp.Body == nil && lp.Length > 0 {
+			servers, err := bodyServers()
+			if err != nil {
+				return campaign.DeliveryLease{}, err
+			}
 			ref := &campaign.BodyRef{SHA256: lp.SHA256, Token: lp.Token}
-			for _, addr := range servers {
-				ref.URLs = append(ref.URLs, "http://"+addr+BodyPath+lp.Token)
+			for _, base := range servers {
+				ref.URLs = append(ref.URLs, base+lp.Token)
 			}
 			page.BodyRef = ref
-			if out.Request.BodyServers == nil {
-				for _, addr := range servers {
-					out.Request.BodyServers = append(out.Request.BodyServers, "http://"+addr+BodyPath)
-				}
-			}
+			out.Request.BodyServers = servers
 		}
 		out.Request.Pages = append(out.Request.Pages, page)
 		out.IDs = append(out.IDs, lp.ID)
