@@ -231,11 +231,13 @@ func (s *Store) StoreProcessed(ctx context.Context, campaignKey int64, processor
 			dErrs          []*string
 		)
 		once := make(map[int64]bool, len(results)) // a page twice in one result counts once
+		var firsts []int                           // indexes in results of each page's first entry
 		for i, r := range results {
 			if once[r.ID] {
 				continue
 			}
 			once[r.ID] = true
+			firsts = append(firsts, i)
 			state := DeliveryDone
 			if r.Error != "" {
 				state = DeliveryFailed
@@ -271,7 +273,8 @@ func (s *Store) StoreProcessed(ctx context.Context, campaignKey int64, processor
 			return nil
 		}
 		var recorded []int64
-		for _, r := range results {
+		for _, i := range firsts {
+			r := results[i]
 			if !held[r.ID] {
 				continue
 			}
@@ -283,7 +286,6 @@ func (s *Store) StoreProcessed(ctx context.Context, campaignKey int64, processor
 					iItem = append(iItem, string(it))
 				}
 			}
-			held[r.ID] = false // its items once
 		}
 		if len(iIDs) > 0 {
 			// A page's items replace any it had (a delivery retried after
