@@ -65,15 +65,7 @@ func (r Recurrence) Validate() error {
 	return nil
 }
 
-func (r Recurrence) String() string {
-	switch {
-	case r.Every > 0:
-		return "every " + ShortDuration(r.Every)
-	case r.Cron != "":
-		return "cron " + r.Cron
-	}
-	return "a calendar"
-}
+func (r Recurrence) String() string { return r.text().String() }
 
 func (r Recurrence) spec() client.ScheduleSpec {
 	if r.Every > 0 {
@@ -98,6 +90,25 @@ func (r Recurrence) text() recurrenceText {
 		return recurrenceText{Every: ShortDuration(r.Every)}
 	}
 	return recurrenceText{Cron: r.Cron}
+}
+
+// String is the recurrence as one phrase: "every 1h", "cron 0 3 * * *",
+// or "calendar" for a schedule made elsewhere with calendar ranges.
+func (t recurrenceText) String() string {
+	switch {
+	case t.Every != "":
+		return "every " + t.Every
+	case t.Cron != "":
+		return "cron " + t.Cron
+	}
+	return "calendar"
+}
+
+// Info is the schedule id as its recurrence alone tells it, before the
+// server says more (next runs, recent runs).
+func (r Recurrence) Info(id string) ScheduleInfo {
+	t := r.text()
+	return ScheduleInfo{ID: id, Every: t.Every, Cron: t.Cron, NextRuns: []time.Time{}, Recent: []ScheduledRun{}}
 }
 
 // ShortDuration writes d without its empty trailing units: "1h", not
@@ -144,15 +155,7 @@ type ScheduleInfo struct {
 }
 
 // When is the recurrence as one phrase: "every 1h", "cron 0 3 * * *".
-func (s ScheduleInfo) When() string {
-	switch {
-	case s.Every != "":
-		return "every " + s.Every
-	case s.Cron != "":
-		return "cron " + s.Cron
-	}
-	return "calendar"
-}
+func (s ScheduleInfo) When() string { return recurrenceText{Every: s.Every, Cron: s.Cron}.String() }
 
 // Running lists the campaigns of the schedule that are running: a run
 // falling due, or triggered, now is skipped.

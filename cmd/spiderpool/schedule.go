@@ -104,10 +104,7 @@ Temporal CLI equivalent:
 				}
 				info, err := ss.Describe(ctx, id)
 				if err != nil { // created all the same: say what is known
-					info = control.ScheduleInfo{ID: id, Cron: when.Cron, NextRuns: []time.Time{}, Recent: []control.ScheduledRun{}}
-					if when.Every > 0 {
-						info.Every = control.ShortDuration(when.Every)
-					}
+					info = when.Info(id)
 				}
 				if asJSON {
 					return printJSON(info)
