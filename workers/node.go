@@ -61,12 +61,20 @@ func Node(cfg config.Config, logger *slog.Logger) *fx.App {
 // ("cannot reach Postgres at ...").
 func RootCause(err error) error { return dig.RootCause(err) }
 
+// UnreachableError is a node's failure to reach or use Postgres or
+// Temporal as it starts (refused, silent, TLS, credentials, namespace), as
+// opposed to any other failure of its start. Node's errors wrap it.
+type UnreachableError struct{ Err error }
+
+func (e *UnreachableError) Error() string { return e.Err.Error() }
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
 func openStore(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) (*store.Store, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout+time.Minute)
 	defer cancel()
 	s, err := store.Connect(ctx, cfg)
 	if err != nil {
-		return nil, err
+		return nil, &UnreachableError{Err: err}
 	}
 	migrate := func(ctx context.Context) error { _, err := s.Migrate(ctx, log); return err }
 	// Pauses of 0.5s, 1s, ... 4.5s: 22.5s at most, within fx.StartTimeout.
@@ -133,7 +141,7 @@ func dialTemporal(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, m *metri
 		o.Interceptors = tr.interceptors
 	})
 	if err != nil {
-		return nil, err
+		return nil, &UnreachableError{Err: err}
 	}
 	lc.Append(fx.StopHook(c.Close))
 	return c, nil

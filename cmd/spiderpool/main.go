@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -93,11 +94,14 @@ func (a *app) workerCmd() *cobra.Command {
 			if err := a.cfg.ValidateNode(); err != nil {
 				return usageError(err)
 			}
-			if err := a.reachServers(cmd.Context()); err != nil {
-				return err
-			}
 			node := workers.Node(a.cfg, a.logger())
 			if err := node.Err(); err != nil {
+				// Postgres or Temporal not reached: said as every command
+				// says it, without fx's account of what needed them.
+				var unreachable *workers.UnreachableError
+				if errors.As(err, &unreachable) {
+					return unreachableError(unreachable.Err)
+				}
 				return err
 			}
 			if err := node.Start(cmd.Context()); err != nil {
@@ -109,25 +113,6 @@ func (a *app) workerCmd() *cobra.Command {
 	}
 	a.cfg.NodeFlags(cmd.Flags())
 	return cmd
-}
-
-// reachServers connects to Postgres and to Temporal and lets both go, so
-// that a node which cannot reach or use either ends with exitUnreachable,
-// as every command does: the errors of workers.Node's start do not say
-// which of its parts failed. The node then connects again; only a server
-// lost in between ends it with exitFailure.
-func (a *app) reachServers(ctx context.Context) error {
-	st, err := a.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	st.Close()
-	c, err := a.dialTemporal(ctx)
-	if err != nil {
-		return err
-	}
-	c.Close()
-	return nil
 }
 
 func (a *app) migrateCmd() *cobra.Command {
