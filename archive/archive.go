@@ -123,8 +123,11 @@ const idleClose = 2 * time.Minute
 // Each of them calls uuid.EnableRandPool, which github.com/google/uuid
 // documents as unsafe to call while UUIDs are made concurrently: two
 // batches archiving at once (or two nodes in one process) race on it, and
-// the race detector says so. A WARC writer writes one record at a time
-// anyway; this only orders the building too.
+// the race detector says so. Writing builds records too: a write that opens
+// a file (the first, or one past the size limit) builds its warcinfo
+// record in gowarc's writer goroutine, so writes hold it as well. A WARC
+// writer writes one record at a time anyway; this only orders the building
+// and the writing of all campaigns together.
 var gowarcMu sync.Mutex
 
 // Open makes dir if need be and returns a writer for node's files there.
@@ -246,7 +249,9 @@ func (w *Writer) Write(ctx context.Context, c Campaign, idx Index, exs []Exchang
 		if err != nil {
 			errs[i] = err
 		} else {
+			gowarcMu.Lock()
 			errs[i] = writePair(files, p)
+			gowarcMu.Unlock()
 		}
 		if errs[i] != nil && p.original {
 			lost = append(lost, p.claim)

@@ -311,3 +311,31 @@ func TestANotModifiedAnswerIsARevisit(t *testing.T) {
 		t.Errorf("%d responses, %d revisits, %d payloads claimed; want one revisit and no claim", responses, revisits, len(idx.held))
 	}
 }
+
+// TestWritesOfTwoCampaignsAtOnce: two campaigns archive at once, each
+// opening new files as it goes (a small size limit), so that gowarc builds
+// warcinfo records in its writer goroutines while records are built for
+// the other campaign. Under the race detector, that must not race.
+func TestWritesOfTwoCampaignsAtOnce(t *testing.T) {
+	w, err := Open(t.TempDir(), "n1", 1<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var wg sync.WaitGroup
+	for c := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			camp := Campaign{Key: int64(c + 1), ID: fmt.Sprintf("c%d", c), Spec: map[string]any{}}
+			for i := range 20 {
+				errs, _ := w.Write(context.Background(), camp, nil, []Exchange{exchange(100*c+i, page(i))})
+				if errs[0] != nil {
+					t.Error(errs[0])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
