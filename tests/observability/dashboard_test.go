@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -214,13 +215,22 @@ func scrapeRunningNode(t *testing.T) (map[string]bool, *harness.Stack, string) {
 	}
 	t.Cleanup(web.Close)
 	s := harness.NewStack(t)
-	port, err := devstack.FreePort()
-	if err != nil {
-		t.Fatal(err)
+	// Both nodes are scraped, and the test reads what the two export
+	// together: which of them gets the campaign's hosts, or runs its
+	// workflow tasks, is the hash's and Temporal's choice (node a alone had
+	// fetched nothing in one CI run).
+	var addrs []string
+	node := func(short string, weight float64) string {
+		port, err := devstack.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		addrs = append(addrs, addr)
+		return s.StartNodeWith(short, weight, func(c *config.Config) { c.Node.MetricsAddr = addr })
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	a := s.StartNodeWith("a", 1, func(c *config.Config) { c.Node.MetricsAddr = addr })
-	s.StartNode("b", 2)
+	a := node("a", 1)
+	node("b", 2)
 	id := "observed-" + s.Name
 	spec := campaign.Spec{
 		Seeds:      []string{web.Seed()},
@@ -246,8 +256,11 @@ func scrapeRunningNode(t *testing.T) (map[string]bool, *harness.Stack, string) {
 	var fams map[string]*dto.MetricFamily
 	// The SDK records a workflow task's latency when it completes it; the
 	// last one may land a moment after the result.
-	harness.Eventually(t, time.Minute, "node a to have fetched pages and run workflow tasks", func() bool {
-		fams = scrape(t, addr)
+	harness.Eventually(t, time.Minute, "the nodes to have fetched pages and run workflow tasks", func() bool {
+		fams = map[string]*dto.MetricFamily{}
+		for _, addr := range addrs {
+			maps.Copy(fams, scrape(t, addr))
+		}
 		return fams["spiderpool_responses_total"] != nil && fams["temporal_workflow_task_execution_latency_seconds"] != nil
 	})
 	names := map[string]bool{}
