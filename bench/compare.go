@@ -113,6 +113,7 @@ func runCompare(args []string) error {
 	bin := fs.String("spiderpool", "../bin/spiderpool", "the spiderpool binary")
 	out := fs.String("out", "results.json", "results file")
 	withProc := fs.Bool("processor", true, "also crawl with a no-op processor in each pair")
+	withColly := fs.Bool("colly", true, "crawl with Colly in each pair (off: a quicker look at spiderpool alone)")
 	fs.Parse(args)
 
 	web, err := startWeb(wf)
@@ -144,19 +145,22 @@ func runCompare(args []string) error {
 		fmt.Printf("pair %d  spiderpool %8.0f pages/s  %6d pages  %5d duplicates  %3d missed  %6.0f MiB RSS (3 nodes)  %d run(s), max %d events\n",
 			i+1, pair.Spiderpool.PagesPerSecond, s.Pages, stats.Duplicates, stats.Missing, s.PeakRSSMB, s.Runs, s.MaxHistoryEvents)
 
-		if err := web.reset(); err != nil {
-			return err
+		printStatementStats(st)
+		if *withColly {
+			if err := web.reset(); err != nil {
+				return err
+			}
+			c, err := runColly(web.seed, *nodes**conc)
+			if err != nil {
+				return fmt.Errorf("colly run %d: %w", i+1, err)
+			}
+			if stats, err = web.stats(); err != nil {
+				return err
+			}
+			pair.Colly = measure(c, stats)
+			fmt.Printf("pair %d  colly      %8.0f pages/s  %6d pages  %5d duplicates  %3d missed  %6.0f MiB RSS\n",
+				i+1, pair.Colly.PagesPerSecond, c.Pages, stats.Duplicates, stats.Missing, c.PeakRSSMB)
 		}
-		c, err := runColly(web.seed, *nodes**conc)
-		if err != nil {
-			return fmt.Errorf("colly run %d: %w", i+1, err)
-		}
-		if stats, err = web.stats(); err != nil {
-			return err
-		}
-		pair.Colly = measure(c, stats)
-		fmt.Printf("pair %d  colly      %8.0f pages/s  %6d pages  %5d duplicates  %3d missed  %6.0f MiB RSS\n",
-			i+1, pair.Colly.PagesPerSecond, c.Pages, stats.Duplicates, stats.Missing, c.PeakRSSMB)
 		if *withProc {
 			if err := web.reset(); err != nil {
 				return err
@@ -174,12 +178,18 @@ func runCompare(args []string) error {
 			pr = append(pr, m.PagesPerSecond)
 			fmt.Printf("pair %d  +processor %8.0f pages/s  %6d pages  %5d duplicates  %3d missed  %6.0f MiB RSS  %d run(s), max %d events\n",
 				i+1, m.PagesPerSecond, p.Pages, stats.Duplicates, stats.Missing, p.PeakRSSMB, p.Runs, p.MaxHistoryEvents)
+			printStatementStats(st)
 		}
 		cr.Pairs = append(cr.Pairs, pair)
-		sp, co = append(sp, pair.Spiderpool.PagesPerSecond), append(co, pair.Colly.PagesPerSecond)
+		sp = append(sp, pair.Spiderpool.PagesPerSecond)
+		if *withColly {
+			co = append(co, pair.Colly.PagesPerSecond)
+		}
 	}
-	cr.Ratio = median(sp) / median(co)
-	fmt.Printf("\nmedian pages/s: spiderpool %.0f, Colly %.0f; spiderpool/Colly = %.2f\n", median(sp), median(co), cr.Ratio)
+	if len(co) > 0 {
+		cr.Ratio = median(sp) / median(co)
+		fmt.Printf("\nmedian pages/s: spiderpool %.0f, Colly %.0f; spiderpool/Colly = %.2f\n", median(sp), median(co), cr.Ratio)
+	}
 	if len(pr) > 0 {
 		cr.ProcessorRatio = median(pr) / median(sp)
 		cr.Processor = noopSettings()

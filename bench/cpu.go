@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"sort"
 	"os"
 	"runtime"
 	"strconv"
@@ -14,6 +16,10 @@ import (
 // figures worse than the code's.
 type cpuSample struct {
 	machine, ours float64
+	// byChild is ours by the bench's child it was spent under, named by
+	// its command (postgres, temporal, spiderpool: the nodes), and "bench"
+	// for the bench itself (the web, Colly, the no-op processor).
+	byChild map[string]float64
 }
 
 // clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on every Linux
@@ -46,15 +52,51 @@ func sampleCPU() cpuSample {
 		}
 	}
 	self := os.Getpid()
+	s.byChild = map[string]float64{}
 	for pid, cpu := range spent {
-		for p := pid; p > 1; p = parent[p] {
+		for p, below := pid, 0; p > 1; below, p = p, parent[p] {
 			if p == self {
 				s.ours += cpu
+				name := "bench"
+				if below != 0 {
+					name = command(below)
+				}
+				s.byChild[name] += cpu
 				break
 			}
 		}
 	}
 	return s
+}
+
+// command is a process's command name, as /proc/PID/comm has it.
+func command(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if err != nil {
+		return "gone"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// cpuByChild formats the CPU seconds spent between two samples under each
+// of the bench's children, most first.
+func cpuByChild(a, b cpuSample) string {
+	type use struct {
+		name    string
+		seconds float64
+	}
+	var uses []use
+	for name, v := range b.byChild {
+		uses = append(uses, use{name, v - a.byChild[name]})
+	}
+	sort.Slice(uses, func(i, j int) bool { return uses[i].seconds > uses[j].seconds })
+	var parts []string
+	for _, u := range uses {
+		if u.seconds >= 0.05 {
+			parts = append(parts, fmt.Sprintf("%s %.1f", u.name, u.seconds))
+		}
+	}
+	return "CPU-s: " + strings.Join(parts, ", ")
 }
 
 // procStat reads a process's parent and CPU time, its reaped children's
