@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spiderpool/spiderpool/campaign"
@@ -17,8 +19,12 @@ import (
 )
 
 // BodyPath is where a node serves the page bodies processors get by
-// reference: GET BodyPath + token.
-const BodyPath = "/v1/bodies/"
+// reference: GET BodyPath + token. BatchPath is where it serves batches
+// sent by reference: GET BatchPath + token.
+const (
+	BodyPath  = "/v1/bodies/"
+	BatchPath = "/v1/batches/"
+)
 
 // LeaseDeliveries leases the next batch of pages for a processor and
 // builds the request its activity gets: bodies inline up to the
@@ -58,10 +64,13 @@ func (c *Control) LeaseDeliveries(ctx context.Context, req campaign.DeliveryLeas
 		return bases, nil
 	}
 	inline, batchBytes := p.InlineBodyLimit, int64(campaign.MaxInlineBatchBytes)
-	if p.Bodies == campaign.BodiesReference {
+	if p.Bodies == campaign.BodiesReference || p.Batch == campaign.BatchReference {
 		servers, err := bodyServers()
 		if err != nil {
 			return campaign.DeliveryLease{}, err
+		}
+		if len(servers) > 0 && p.Batch == campaign.BatchReference {
+			return c.leaseBatch(ctx, req, p, servers)
 		}
 		if len(servers) > 0 {
 			inline, batchBytes = 0, 0
@@ -71,30 +80,62 @@ func (c *Control) LeaseDeliveries(ctx context.Context, req campaign.DeliveryLeas
 	if err != nil {
 		return campaign.DeliveryLease{}, err
 	}
-	out := campaign.DeliveryLease{
-		Request: campaign.ProcessRequest{Campaign: req.CampaignID, Processor: p.Name},
-		Waiting: lease.Waiting,
+	out := campaign.DeliveryLease{Waiting: lease.Waiting}
+	if out.Request, err = processRequest(req.CampaignID, p.Name, lease.Pages, bodyServers); err != nil {
+		return campaign.DeliveryLease{}, err
 	}
 	for _, lp := range lease.Pages {
+		out.IDs = append(out.IDs, lp.ID)
+	}
+	return out, nil
+}
+
+// leaseBatch leases a batch for a processor that takes batches by
+// reference: the request names the batch at each body server.
+func (c *Control) leaseBatch(ctx context.Context, req campaign.DeliveryLeaseRequest, p campaign.Processor, servers []string) (campaign.DeliveryLease, error) {
+	lease, err := c.Store.LeaseBatch(ctx, req.CampaignKey, req.CampaignID, p.Name, req.Lease, p.BatchSize, p.MaxPending+1)
+	if err != nil {
+		return campaign.DeliveryLease{}, err
+	}
+	out := campaign.DeliveryLease{
+		Request: campaign.ProcessRequest{Campaign: req.CampaignID, Processor: p.Name},
+		IDs:     lease.IDs,
+		Waiting: lease.Waiting,
+	}
+	if len(lease.IDs) > 0 {
+		ref := &campaign.BatchRef{Token: lease.Token, Pages: len(lease.IDs)}
+		for _, base := range servers {
+			ref.URLs = append(ref.URLs, strings.TrimSuffix(base, BodyPath)+BatchPath+lease.Token)
+		}
+		out.Request.Batch = ref
+	}
+	return out, nil
+}
+
+// processRequest builds a processor's request from leased pages: a page
+// whose body did not come with it gets a reference to it at every body
+// server, which bodyServers lists.
+func processRequest(campaignID, processor string, pages []store.LeasedPage, bodyServers func() ([]string, error)) (campaign.ProcessRequest, error) {
+	out := campaign.ProcessRequest{Campaign: campaignID, Processor: processor}
+	for _, lp := range pages {
 		page := campaign.ProcessPage{
-			Key: store.PageKey(req.CampaignID, lp.ID), URL: lp.URL, FinalURL: lp.FinalURL, Depth: lp.Depth,
+			Key: store.PageKey(campaignID, lp.ID), URL: lp.URL, FinalURL: lp.FinalURL, Depth: lp.Depth,
 			Status: lp.Status, Headers: lp.Header, ContentType: lp.ContentType, FetchedAt: lp.FetchedAt,
 			Body: lp.Body, BodyLength: lp.Length,
 		}
 		if lp.Body == nil && lp.Length > 0 {
 			servers, err := bodyServers()
 			if err != nil {
-				return campaign.DeliveryLease{}, err
+				return campaign.ProcessRequest{}, err
 			}
 			ref := &campaign.BodyRef{SHA256: lp.SHA256, Token: lp.Token}
 			for _, base := range servers {
 				ref.URLs = append(ref.URLs, base+lp.Token)
 			}
 			page.BodyRef = ref
-			out.Request.BodyServers = servers
+			out.BodyServers = servers
 		}
-		out.Request.Pages = append(out.Request.Pages, page)
-		out.IDs = append(out.IDs, lp.ID)
+		out.Pages = append(out.Pages, page)
 	}
 	return out, nil
 }
@@ -146,6 +187,13 @@ func (c *Control) StoreProcessed(ctx context.Context, req campaign.StoreProcesse
 	}
 	if _, err := c.Store.StoreProcessed(ctx, req.CampaignKey, req.Processor, results); err != nil {
 		return res, err
+	}
+	if req.Batch != "" {
+		// A batch left behind is harmless: it serves no page once its
+		// deliveries are recorded, and its campaign's next run drops it.
+		if err := c.Store.DropBatch(ctx, req.Batch); err != nil {
+			c.Log.Warn("a stored batch is still named", "batch", req.Batch, "error", err)
+		}
 	}
 	for _, r := range results {
 		if r.Error != "" {
@@ -219,6 +267,42 @@ func (c *Control) processorLinks(ctx context.Context, req campaign.StoreProcesse
 		}
 	}
 	return out, nil
+}
+
+// BatchHandler serves the batches processors get by reference, from
+// Postgres, so any live node serves any batch: GET BatchPath + token
+// answers with the batch's request as JSON, its pages filled in and
+// every body by reference (see campaign.ProcessRequest.Batch).
+func BatchHandler(st *store.Store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token := strings.TrimPrefix(r.URL.Path, BatchPath)
+		if _, err := hex.DecodeString(token); err != nil || token == "" || r.Method != http.MethodGet {
+			http.Error(w, "want GET "+BatchPath+"<token of a batch reference>", http.StatusBadRequest)
+			return
+		}
+		b, err := st.BatchByToken(r.Context(), token)
+		switch {
+		case errors.Is(err, store.ErrNoBatch):
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		req, err := processRequest(b.CampaignID, b.Processor, b.Pages, func() ([]string, error) {
+			servers, err := st.BodyServers(r.Context())
+			for i, addr := range servers {
+				servers[i] = "http://" + addr + BodyPath
+			}
+			return servers, err
+		})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(req)
+	})
 }
 
 // BodyHandler serves the page bodies processors get by reference, from

@@ -194,9 +194,11 @@ type spiderpoolResult struct {
 // noopProcessor is the processor of the processor comparison: it returns
 // nothing for every page, so what is measured is the cost of delivery
 // (bodies kept, batches sent, bodies got, results stored), not of user
-// code. Its bodies go by reference, in one request a batch, as a
-// processor keeping up with a fast crawl should take them.
-var noopProcessor = campaign.Processor{Name: "noop", Activity: "noop", BatchSize: 500, Window: 8, Bodies: campaign.BodiesReference}
+// code. Its batches go by reference: Temporal carries a token per batch,
+// and the processor gets the pages, then their bodies, from a node in one
+// request each, as a processor keeping up with a fast crawl should take
+// them.
+var noopProcessor = campaign.Processor{Name: "noop", Activity: "noop", BatchSize: 500, Window: 8, Batch: campaign.BatchReference}
 
 // crawl runs one campaign over the web from seed on fresh nodes and
 // database, timing it from the workflow's start to its result. With noop
@@ -227,6 +229,7 @@ func (s *stack) crawl(seed string, maxDepth int, noop bool) (spiderpoolResult, e
 		spec.Processors = []campaign.Processor{p}
 	}
 	id := fmt.Sprintf("bench-%d", r.n)
+	cpu := sampleCPU()
 	start := time.Now()
 	wr, err := r.campaigns.Start(ctx, id, spec)
 	if err != nil {
@@ -237,6 +240,7 @@ func (s *stack) crawl(seed string, maxDepth int, noop bool) (spiderpoolResult, e
 		return spiderpoolResult{}, err
 	}
 	elapsed := time.Since(start)
+	fmt.Println("       ", cpuByChild(cpu, sampleCPU()))
 	res := spiderpoolResult{
 		crawlResult: crawlResult{Pages: sum.Fetched, Seconds: elapsed.Seconds(), PeakRSSMB: float64(r.peakRSS()) / (1 << 20)},
 		Runs:        sum.Runs,
@@ -283,5 +287,5 @@ func runHistories(ctx context.Context, c client.Client, id string, runs int) ([]
 
 // noopSettings names the no-op processor's settings, as results record them.
 func noopSettings() string {
-	return fmt.Sprintf("batch %d, window %d, bodies by %s", noopProcessor.BatchSize, noopProcessor.Window, noopProcessor.Bodies)
+	return fmt.Sprintf("batch %d, window %d, batches by %s", noopProcessor.BatchSize, noopProcessor.Window, noopProcessor.Batch)
 }

@@ -52,6 +52,16 @@ type Processor struct {
 	// a campaign started before this field existed sends its activities
 	// the same spec on replay.
 	Bodies string `json:"bodies,omitempty"`
+	// Batch is how a batch's pages travel: "inline" (the default) puts
+	// them in the request, so Temporal carries every page's metadata
+	// twice (the lease's result and the processor's input); "reference"
+	// sends only a reference to the batch (ProcessRequest.Batch), a few
+	// hundred bytes whatever its size, and the processor gets the pages
+	// from a node, and their bodies as with bodies "reference". The Go
+	// package (processor) takes either. It needs nodes that serve bodies;
+	// without any, pages go inline. Empty means "inline", and stays empty
+	// in the normalised spec (see Bodies).
+	Batch string `json:"batch,omitempty"`
 	// InlineBodyLimit is the largest body sent inside the request; a
 	// larger one is sent by reference (Page.BodyRef). Default 256 KiB,
 	// at most 512 KiB, the most a batch carries inline.
@@ -92,10 +102,13 @@ const (
 // MaxBodiesPerRequest bounds the tokens of one request to BodyServers.
 const MaxBodiesPerRequest = 1000
 
-// How a processor's bodies travel (Processor.Bodies).
+// How a processor's bodies travel (Processor.Bodies), and its batches
+// (Processor.Batch).
 const (
 	BodiesInline    = "inline"
 	BodiesReference = "reference"
+	BatchInline     = "inline"
+	BatchReference  = "reference"
 )
 
 var processorName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
@@ -162,6 +175,11 @@ func (s *Spec) normalizeProcessors(add func(error)) {
 		case "", BodiesInline, BodiesReference:
 		default:
 			add(fieldErr(field("bodies"), "want %q or %q, got %q", BodiesInline, BodiesReference, p.Bodies))
+		}
+		switch p.Batch {
+		case "", BatchInline, BatchReference:
+		default:
+			add(fieldErr(field("batch"), "want %q or %q, got %q", BatchInline, BatchReference, p.Batch))
 		}
 		if p.InlineBodyLimit == 0 {
 			p.InlineBodyLimit = DefaultInlineBodyLimit
@@ -307,6 +325,21 @@ type ProcessRequest struct {
 	// (length -1, and no bytes, for a body it does not have). A client may
 	// as well GET each BodyRef's URLs.
 	BodyServers []string `json:"body_servers,omitempty"`
+	// Batch, set when the processor takes its batches by reference
+	// (Processor.Batch), names the batch instead of Pages: GET one of its
+	// URLs and the answer is this request with Pages and BodyServers
+	// filled in, each body by reference.
+	Batch *BatchRef `json:"batch,omitempty"`
+}
+
+// BatchRef names a batch of pages that a node serves (see
+// ProcessRequest.Batch).
+type BatchRef struct {
+	// URLs are the batch at each node that serves batches; any one will do.
+	URLs []string `json:"urls"`
+	// Token names the batch; Pages counts its pages.
+	Token string `json:"token"`
+	Pages int    `json:"pages"`
 }
 
 // ProcessPage is one fetched page as a processor gets it.
@@ -428,12 +461,15 @@ type DeliveryLease struct {
 // StoreProcessedRequest records what a processor made of a batch, or
 // (Error set) that the batch failed for good.
 type StoreProcessedRequest struct {
-	CampaignKey int64          `json:"campaign_key"`
-	CampaignID  string         `json:"campaign_id"`
-	Processor   string         `json:"processor"`
-	IDs         []int64        `json:"ids"`
-	Result      *ProcessResult `json:"result,omitempty"`
-	Error       string         `json:"error,omitempty"`
+	CampaignKey int64   `json:"campaign_key"`
+	CampaignID  string  `json:"campaign_id"`
+	Processor   string  `json:"processor"`
+	IDs         []int64 `json:"ids"`
+	// Batch is the batch's token when it went by reference: stored, the
+	// batch is no longer served.
+	Batch  string         `json:"batch,omitempty"`
+	Result *ProcessResult `json:"result,omitempty"`
+	Error  string         `json:"error,omitempty"`
 }
 
 // StoreProcessedResult counts what the store kept.

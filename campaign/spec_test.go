@@ -87,6 +87,8 @@ func TestBadSpecsNameTheField(t *testing.T) {
 		{`{"seeds":["http://a/"],"dispatch":{"batch_size":100000}}`, "spec.dispatch.batch_size", "must be 1..5000"},
 		{`{"seeds":["http://a/"],"processors":[{"name":"p","task_queue":"q","activity":"a","bodies":"inlined"}]}`,
 			"spec.processors[0].bodies", `want "inline" or "reference", got "inlined"`},
+		{`{"seeds":["http://a/"],"processors":[{"name":"p","task_queue":"q","activity":"a","batch":"by-reference"}]}`,
+			"spec.processors[0].batch", `want "inline" or "reference", got "by-reference"`},
 		{`{"seeds":["http://a/"],"scope":{"priorities":[{"pattern":"(","priority":5}]}}`, "spec.scope.priorities[0].pattern", "want a regular expression"},
 		{`{"seeds":["http://a/"],"scope":{"priorities":[{"pattern":"/news/","priority":5000}]}}`, "spec.scope.priorities[0].priority", "must be -1000..1000"},
 		{`[1,2]`, "spec", "want a JSON object"},

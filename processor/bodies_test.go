@@ -154,3 +154,47 @@ func TestReadBodiesRejectsBadFrames(t *testing.T) {
 }
 
 func bufioReader(s string) *bufio.Reader { return bufio.NewReader(strings.NewReader(s)) }
+
+// TestBatchByReference: a request that names its batch gets the pages
+// from the first node that serves the batch, then their bodies in one
+// request; a node that no longer serves it gives way to the next.
+func TestBatchByReference(t *testing.T) {
+	bodies := map[string]string{"a1": "first", "b2": "second"}
+	tokens := []string{"a1", "b2"}
+	bs := newBodyServer(t, bodies)
+	full := refBatch(bodies, tokens, bs)
+	var gone, served atomic.Int32
+	missing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gone.Add(1)
+		http.Error(w, "no such batch", http.StatusNotFound)
+	}))
+	t.Cleanup(missing.Close)
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		if r.URL.Path != "/v1/batches/bt" {
+			http.NotFound(w, r)
+			return
+		}
+		json.NewEncoder(w).Encode(full)
+	}))
+	t.Cleanup(node.Close)
+	req := campaign.ProcessRequest{Batch: &campaign.BatchRef{Token: "bt", Pages: 2,
+		URLs: []string{missing.URL + "/v1/batches/bt", node.URL + "/v1/batches/bt"}}}
+	got := seen(t, req)
+	for _, tok := range tokens {
+		if got[tok] != bodies[tok] {
+			t.Errorf("page %s had body %q, want %q", tok, got[tok], bodies[tok])
+		}
+	}
+	if gone.Load() != 1 || served.Load() != 1 || bs.posts.Load() != 1 || bs.gets.Load() != 0 {
+		t.Errorf("%d GETs to the node without the batch, %d to the one with it, %d POSTs and %d GETs of bodies: want 1, 1, 1, 0",
+			gone.Load(), served.Load(), bs.posts.Load(), bs.gets.Load())
+	}
+
+	short := req
+	short.Batch = &campaign.BatchRef{Token: "bt", Pages: 3, URLs: []string{node.URL + "/v1/batches/bt"}}
+	p := New("t").Logger(slog.New(slog.DiscardHandler)).OnPage(func(*Page) error { return nil })
+	if _, err := p.Process(context.Background(), short); err == nil || !strings.Contains(err.Error(), "2 pages, want 3") {
+		t.Errorf("a batch served with fewer pages than its reference counts: %v, want an error saying so", err)
+	}
+}

@@ -160,6 +160,12 @@ func (e *Element) ChildAttr(selector, name string) string {
 // A handler's error (or panic) fails the batch, and Temporal tries it
 // again; PageError fails only its page, at once.
 func (p *Processor) Process(ctx context.Context, req campaign.ProcessRequest) (campaign.ProcessResult, error) {
+	if req.Batch != nil && len(req.Pages) == 0 {
+		var err error
+		if req, err = p.fetchBatch(ctx, req.Batch); err != nil {
+			return campaign.ProcessResult{}, err
+		}
+	}
 	out := campaign.ProcessResult{Pages: make([]campaign.PageResult, 0, len(req.Pages))}
 	fetchedTo := 0 // bodies by reference are fetched up to here
 	for i := range req.Pages {
@@ -331,6 +337,48 @@ func readBodies(r *bufio.Reader, n int) (map[string][]byte, error) {
 func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// fetchBatch gets a batch sent by reference from the first node that
+// serves it: the request with its pages, their bodies by reference.
+func (p *Processor) fetchBatch(ctx context.Context, ref *campaign.BatchRef) (campaign.ProcessRequest, error) {
+	var errs []error
+	for _, u := range ref.URLs {
+		req, err := p.getBatch(ctx, u)
+		if err == nil && len(req.Pages) != ref.Pages {
+			err = fmt.Errorf("GET %s: %d pages, want %d", u, len(req.Pages), ref.Pages)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		return req, nil
+	}
+	if len(ref.URLs) == 0 {
+		return campaign.ProcessRequest{}, errors.New("batch sent by reference, but no node serves batches")
+	}
+	return campaign.ProcessRequest{}, fmt.Errorf("batch %s by reference: %w", ref.Token, errors.Join(errs...))
+}
+
+func (p *Processor) getBatch(ctx context.Context, u string) (campaign.ProcessRequest, error) {
+	var out campaign.ProcessRequest
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return out, err
+	}
+	resp, err := p.bodies.Do(req)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return out, fmt.Errorf("GET %s: %s: %s", u, resp.Status, bytes.TrimSpace(msg))
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return out, fmt.Errorf("GET %s: %w", u, err)
+	}
+	return out, nil
 }
 
 // fetchBody gets a body sent by reference from the first node that has

@@ -53,8 +53,8 @@ func (b *bodyRows) add(id int64, p *PageBody) error {
 	if err != nil {
 		return err
 	}
-	var tok [16]byte
-	if _, err := rand.Read(tok[:]); err != nil {
+	tok, err := randomToken()
+	if err != nil {
 		return err
 	}
 	sum := sha256.Sum256(p.Body)
@@ -66,7 +66,7 @@ func (b *bodyRows) add(id int64, p *PageBody) error {
 	b.at = append(b.at, p.FetchedAt)
 	b.body = append(b.body, p.Body)
 	b.sha = append(b.sha, hex.EncodeToString(sum[:]))
-	b.token = append(b.token, hex.EncodeToString(tok[:]))
+	b.token = append(b.token, tok)
 	for _, name := range p.Processors {
 		b.dIDs = append(b.dIDs, id)
 		b.dProc = append(b.dProc, name)
@@ -112,6 +112,11 @@ func (s *Store) ReleaseDeliveries(ctx context.Context, campaignKey int64, proces
 	if err != nil {
 		return 0, fmt.Errorf("release deliveries of campaign %d to %s: %w", campaignKey, processor, err)
 	}
+	if _, err := s.pool.Exec(ctx, `
+		DELETE FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease >> 32 <> $3`,
+		campaignKey, processor, keepRun); err != nil {
+		return 0, fmt.Errorf("release batches of campaign %d to %s: %w", campaignKey, processor, err)
+	}
 	return int(tag.RowsAffected()), nil
 }
 
@@ -141,61 +146,11 @@ func (s *Store) LeaseDeliveries(ctx context.Context, campaignKey int64, processo
 	var out DeliveryLease
 	err := s.retryTx(ctx, func(tx pgx.Tx) error {
 		out = DeliveryLease{}
-		// By ids, statement by statement: joined to the CTEs in one
-		// statement, the planner hashed the whole campaign's frontier and
-		// deliveries at every lease (14 ms a lease at 60,000 URLs).
-		// A lease retried finds the rows it took; else it takes the oldest
-		// pending ones.
-		ids, err := collectIDs(tx.Query(ctx, `
-			SELECT url_id FROM deliveries
-			WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND lease = $3`, campaignKey, processor, lease))
+		ids, err := leaseDeliveryIDs(ctx, tx, campaignKey, processor, lease, max)
 		if err != nil {
 			return err
 		}
-		if len(ids) == 0 {
-			if ids, err = collectIDs(tx.Query(ctx, `
-				SELECT url_id FROM deliveries
-				WHERE campaign = $1 AND processor = $2 AND state = 'pending'
-				ORDER BY url_id LIMIT $3
-				FOR UPDATE SKIP LOCKED`, campaignKey, processor, max)); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `
-				UPDATE deliveries SET state = 'leased', attempts = attempts + 1, lease = $4
-				WHERE campaign = $1 AND url_id = ANY($3) AND processor = $2`, campaignKey, processor, ids, lease); err != nil {
-				return err
-			}
-		}
-		rows, err := tx.Query(ctx, `
-			SELECT f.id, f.url, f.depth, b.final_url, b.status, b.headers, coalesce(b.content_type, ''), b.fetched_at,
-			       length(b.body), CASE WHEN length(b.body) <= $3 THEN b.body END, b.token, b.sha256
-			FROM frontier f JOIN page_bodies b ON b.url_id = f.id
-			WHERE f.id = ANY($2) AND f.campaign = $1
-			ORDER BY f.id`, campaignKey, ids, inline)
-		if err != nil {
-			return err
-		}
-		budget := batchBytes
-		for rows.Next() {
-			var p LeasedPage
-			var headers []byte
-			if err := rows.Scan(&p.ID, &p.URL, &p.Depth, &p.FinalURL, &p.Status, &headers, &p.ContentType, &p.FetchedAt,
-				&p.Length, &p.Body, &p.Token, &p.SHA256); err != nil {
-				rows.Close()
-				return err
-			}
-			if err := json.Unmarshal(headers, &p.Header); err != nil {
-				rows.Close()
-				return fmt.Errorf("headers of page %d: %w", p.ID, err)
-			}
-			if p.Body != nil && int64(len(p.Body)) <= budget {
-				budget -= int64(len(p.Body))
-			} else {
-				p.Body = nil
-			}
-			out.Pages = append(out.Pages, p)
-		}
-		if err := rows.Err(); err != nil {
+		if out.Pages, err = leasedPages(ctx, tx, campaignKey, ids, inline, batchBytes); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, waitingSQL, campaignKey, processor, countTo).Scan(&out.Waiting)
@@ -204,6 +159,160 @@ func (s *Store) LeaseDeliveries(ctx context.Context, campaignKey int64, processo
 		return DeliveryLease{}, fmt.Errorf("lease pages of campaign %d for processor %s: %w", campaignKey, processor, err)
 	}
 	return out, nil
+}
+
+// BatchLease is a batch leased to a processor that takes its batches by
+// reference: the pages' ids and the token a node serves them under.
+type BatchLease struct {
+	IDs     []int64
+	Token   string
+	Waiting int // as in DeliveryLease
+}
+
+// LeaseBatch leases a batch as LeaseDeliveries does, without reading its
+// pages: it names the batch by a token instead, the same token when asked
+// again for the same lease. No token is made for an empty batch.
+func (s *Store) LeaseBatch(ctx context.Context, campaignKey int64, campaignID, processor string, lease int64, max, countTo int) (BatchLease, error) {
+	var out BatchLease
+	err := s.retryTx(ctx, func(tx pgx.Tx) error {
+		out = BatchLease{}
+		var err error
+		if out.IDs, err = leaseDeliveryIDs(ctx, tx, campaignKey, processor, lease, max); err != nil {
+			return err
+		}
+		if len(out.IDs) > 0 {
+			token, err := randomToken()
+			if err != nil {
+				return err
+			}
+			if err := tx.QueryRow(ctx, `
+				INSERT INTO delivery_batches AS b (token, campaign, campaign_id, processor, lease)
+				VALUES ($1, $2, $3, $4, $5)
+				ON CONFLICT (campaign, processor, lease) DO UPDATE SET token = b.token
+				RETURNING token`, token, campaignKey, campaignID, processor, lease).Scan(&out.Token); err != nil {
+				return err
+			}
+		}
+		return tx.QueryRow(ctx, waitingSQL, campaignKey, processor, countTo).Scan(&out.Waiting)
+	})
+	if err != nil {
+		return BatchLease{}, fmt.Errorf("lease a batch of campaign %d for processor %s: %w", campaignKey, processor, err)
+	}
+	return out, nil
+}
+
+// ErrNoBatch is returned for a token that names no batch in flight.
+var ErrNoBatch = errors.New("no such batch (its outcome was stored, or its run ended, or the token is wrong)")
+
+// Batch is a batch a token names: its campaign, processor and pages, each
+// body by its token.
+type Batch struct {
+	CampaignKey int64
+	CampaignID  string
+	Processor   string
+	Pages       []LeasedPage
+}
+
+// BatchByToken reads the batch a token names (see LeaseBatch).
+func (s *Store) BatchByToken(ctx context.Context, token string) (Batch, error) {
+	var b Batch
+	err := s.retryTx(ctx, func(tx pgx.Tx) error {
+		var lease int64
+		err := tx.QueryRow(ctx, `SELECT campaign, campaign_id, processor, lease FROM delivery_batches WHERE token = $1`, token).
+			Scan(&b.CampaignKey, &b.CampaignID, &b.Processor, &lease)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNoBatch
+		}
+		if err != nil {
+			return err
+		}
+		ids, err := collectIDs(tx.Query(ctx, leasedIDsSQL, b.CampaignKey, b.Processor, lease))
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return ErrNoBatch
+		}
+		b.Pages, err = leasedPages(ctx, tx, b.CampaignKey, ids, 0, 0)
+		return err
+	})
+	if err != nil && !errors.Is(err, ErrNoBatch) {
+		return Batch{}, fmt.Errorf("batch %s: %w", token, err)
+	}
+	return b, err
+}
+
+// leasedIDsSQL finds the deliveries a lease holds.
+const leasedIDsSQL = `
+	SELECT url_id FROM deliveries
+	WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND lease = $3`
+
+// leaseDeliveryIDs leases up to max pending deliveries under lease, or
+// finds those it holds already (a retried lease).
+func leaseDeliveryIDs(ctx context.Context, tx pgx.Tx, campaignKey int64, processor string, lease int64, max int) ([]int64, error) {
+	// By ids, statement by statement: joined to the CTEs in one
+	// statement, the planner hashed the whole campaign's frontier and
+	// deliveries at every lease (14 ms a lease at 60,000 URLs).
+	ids, err := collectIDs(tx.Query(ctx, leasedIDsSQL, campaignKey, processor, lease))
+	if err != nil || len(ids) > 0 {
+		return ids, err
+	}
+	if ids, err = collectIDs(tx.Query(ctx, `
+		SELECT url_id FROM deliveries
+		WHERE campaign = $1 AND processor = $2 AND state = 'pending'
+		ORDER BY url_id LIMIT $3
+		FOR UPDATE SKIP LOCKED`, campaignKey, processor, max)); err != nil {
+		return nil, err
+	}
+	_, err = tx.Exec(ctx, `
+		UPDATE deliveries SET state = 'leased', attempts = attempts + 1, lease = $4
+		WHERE campaign = $1 AND url_id = ANY($3) AND processor = $2`, campaignKey, processor, ids, lease)
+	return ids, err
+}
+
+// leasedPages reads the pages of ids as processors get them, in id
+// order: a body up to inline bytes comes with its page while the bodies
+// so far stay within batchBytes; any other goes by its token.
+func leasedPages(ctx context.Context, tx pgx.Tx, campaignKey int64, ids []int64, inline, batchBytes int64) ([]LeasedPage, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT f.id, f.url, f.depth, b.final_url, b.status, b.headers, coalesce(b.content_type, ''), b.fetched_at,
+		       length(b.body), CASE WHEN length(b.body) <= $3 THEN b.body END, b.token, b.sha256
+		FROM frontier f JOIN page_bodies b ON b.url_id = f.id
+		WHERE f.id = ANY($2) AND f.campaign = $1
+		ORDER BY f.id`, campaignKey, ids, inline)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []LeasedPage
+	budget := batchBytes
+	for rows.Next() {
+		var p LeasedPage
+		var headers []byte
+		if err := rows.Scan(&p.ID, &p.URL, &p.Depth, &p.FinalURL, &p.Status, &headers, &p.ContentType, &p.FetchedAt,
+			&p.Length, &p.Body, &p.Token, &p.SHA256); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(headers, &p.Header); err != nil {
+			return nil, fmt.Errorf("headers of page %d: %w", p.ID, err)
+		}
+		if p.Body != nil && int64(len(p.Body)) <= budget {
+			budget -= int64(len(p.Body))
+		} else {
+			p.Body = nil
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// randomToken is 16 random bytes in hex: a name nobody can guess.
+func randomToken() (string, error) {
+	var tok [16]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(tok[:]), nil
 }
 
 // Processed is what a processor made of one leased page.
@@ -475,3 +584,11 @@ func collectIDs(rows pgx.Rows, err error) ([]int64, error) {
 // PageKey is a page's idempotency key for processors: the campaign ID and
 // the page's frontier row, which never changes.
 func PageKey(campaignID string, id int64) string { return campaignID + "/" + strconv.FormatInt(id, 10) }
+
+// DropBatch forgets a batch's token once its outcome is stored.
+func (s *Store) DropBatch(ctx context.Context, token string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM delivery_batches WHERE token = $1`, token); err != nil {
+		return fmt.Errorf("drop batch %s: %w", token, err)
+	}
+	return nil
+}

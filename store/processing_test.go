@@ -1,11 +1,13 @@
 package store_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/store"
 	"github.com/spiderpool/spiderpool/tests/harness"
 )
 
@@ -85,5 +87,85 @@ func TestBodiesByTokens(t *testing.T) {
 		if string(got[tok]) != body {
 			t.Errorf("body of %s: %q, want %q", tok, got[tok], body)
 		}
+	}
+}
+
+// TestBatchByReference: a batch leased by reference is named by a token,
+// the same when the lease is asked again; the token serves the batch's
+// pages, each body by its own token, until the batch's outcome is stored
+// or a later run resets the lease.
+func TestBatchByReference(t *testing.T) {
+	s := harness.OpenStore(t)
+	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 5)
+	if _, err := s.Pool().Exec(ctx, `
+		INSERT INTO page_bodies (url_id, campaign, final_url, status, headers, fetched_at, body, sha256, token)
+		SELECT id, campaign, url, 200, '{"Etag":["x"]}', now(), 'body', 'sum' || id, 'tok' || id FROM frontier WHERE campaign = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `
+		INSERT INTO deliveries (campaign, processor, url_id) SELECT campaign, 'p', id FROM frontier WHERE campaign = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	const run = int64(5)
+	first, err := s.LeaseBatch(ctx, key, "c", "p", run<<32|1, 3, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.IDs) != 3 || first.Token == "" || first.Waiting != 2 {
+		t.Fatalf("leased %+v: want 3 pages, a token, 2 waiting", first)
+	}
+	again, err := s.LeaseBatch(ctx, key, "c", "p", run<<32|1, 3, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Token != first.Token || fmt.Sprint(again.IDs) != fmt.Sprint(first.IDs) {
+		t.Errorf("the lease asked again gave %+v, want %+v", again, first)
+	}
+	b, err := s.BatchByToken(ctx, first.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.CampaignKey != key || b.CampaignID != "c" || b.Processor != "p" || len(b.Pages) != 3 {
+		t.Fatalf("batch %+v: want campaign %d (c), processor p, 3 pages", b, key)
+	}
+	for i, p := range b.Pages {
+		if p.ID != first.IDs[i] || p.Body != nil || p.Token != fmt.Sprintf("tok%d", p.ID) || p.Length != 4 || p.Header.Get("Etag") != "x" {
+			t.Errorf("page %d: %+v: want page %d, its body by token only", i, p, first.IDs[i])
+		}
+	}
+	if _, err := s.StoreProcessed(ctx, key, "p", []store.Processed{{ID: first.IDs[0]}, {ID: first.IDs[1]}, {ID: first.IDs[2]}}); err != nil {
+		t.Fatal(err)
+	}
+	// Stored, the batch serves nothing, even before its token is dropped.
+	if _, err := s.BatchByToken(ctx, first.Token); !errors.Is(err, store.ErrNoBatch) {
+		t.Errorf("a stored batch's token gave %v, want ErrNoBatch", err)
+	}
+	named := func(token string) int {
+		t.Helper()
+		var n int
+		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM delivery_batches WHERE token = $1`, token).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if err := s.DropBatch(ctx, first.Token); err != nil {
+		t.Fatal(err)
+	}
+	if n := named(first.Token); n != 0 {
+		t.Errorf("a dropped batch is still named %d times", n)
+	}
+	// A batch of an ended run: the next run's reset drops its token.
+	orphan, err := s.LeaseBatch(ctx, key, "c", "p", (run+1)<<32|1, 3, 100)
+	if err != nil || len(orphan.IDs) != 2 {
+		t.Fatalf("lease: %+v, %v: want the 2 pages left", orphan, err)
+	}
+	if _, err := s.ReleaseDeliveries(ctx, key, "p", run+2); err != nil {
+		t.Fatal(err)
+	}
+	if n := named(orphan.Token); n != 0 {
+		t.Errorf("a batch of an ended run is still named %d times after the next run's reset", n)
+	}
+	if empty, err := s.LeaseBatch(ctx, key, "c", "other", run<<32|1, 3, 100); err != nil || len(empty.IDs) != 0 || empty.Token != "" {
+		t.Errorf("a lease of nothing: %+v, %v: want no pages and no token", empty, err)
 	}
 }

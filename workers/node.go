@@ -277,6 +277,7 @@ func serveHTTP(lc fx.Lifecycle, hl httpListener, st *store.Store, log *slog.Logg
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.Handle(activities.BodyPath, activities.BodyHandler(st))
+	mux.Handle(activities.BatchPath, activities.BatchHandler(st))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {

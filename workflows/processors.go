@@ -297,6 +297,9 @@ func processLease(ctx, local workflow.Context, req campaign.ProcessBatchRequest,
 	store := campaign.StoreProcessedRequest{
 		CampaignKey: req.Lease.CampaignKey, CampaignID: req.Lease.CampaignID, Processor: p.Name, IDs: lease.IDs,
 	}
+	if b := lease.Request.Batch; b != nil {
+		store.Batch = b.Token
+	}
 	if err != nil {
 		store.Error = processorError(err)
 		res.Error = store.Error

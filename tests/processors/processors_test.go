@@ -263,8 +263,8 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 // still exactly the shop's products.
 func TestProcessorAndFeedingNodeKilled(t *testing.T) {
 	s := harness.NewStack(t)
-	// Both nodes serve bodies, which go by reference: the dead node's
-	// references fail over to the live one.
+	// Both nodes serve batches and bodies, which go by reference: the
+	// dead node's references fail over to the live one.
 	s.StartNodeProcess("a", 1, "--metrics-addr", "127.0.0.1:0")
 	victim := s.StartNodeProcess("b", 1, "--metrics-addr", "127.0.0.1:0")
 	web, shop := shopWeb(t, 2000, 10*time.Millisecond)
@@ -278,7 +278,7 @@ func TestProcessorAndFeedingNodeKilled(t *testing.T) {
 	}
 	first := startProcessor("shop-go-1")
 	products := productsOn(queue)
-	products.Bodies = campaign.BodiesReference
+	products.Batch = campaign.BatchReference
 	spec := shopSpec(web, products)
 	spec.Politeness.MaxConcurrencyPerHost = 2
 	spec.Dispatch.HeartbeatTimeout = campaign.Duration(3 * time.Second)
@@ -321,9 +321,9 @@ func TestProcessorAndFeedingNodeKilled(t *testing.T) {
 		t.Errorf("fetched %d, processor status %+v: want %d fetched and processed", sum.Fetched, st, pages)
 	}
 	again := retriedBatches(t, s, "chaos", r.GetRunID(), "products")
-	if inline, byRef, servers := bodiesSent(t, s, "chaos", r.GetRunID(), "products"); inline != 0 || byRef == 0 || servers != 2 {
-		t.Errorf("the processor's inputs had %d bodies inline and %d by reference, from %d body servers: want all by reference, from 2",
-			inline, byRef, servers)
+	if inInput, byRef, servers := batchesSent(t, s, "chaos", r.GetRunID(), "products"); inInput != 0 || byRef < int(pages) || servers != 2 {
+		t.Errorf("the processor's inputs carried %d pages, and batch references %d, from at most %d nodes: "+
+			"want every page (%d) in a batch by reference, from 2", inInput, byRef, servers, pages)
 	}
 	missing, dup := web.Tally()
 	t.Logf("processor killed at %d pages processed, node at %d fetched; %d batches ran again after a lost attempt; "+
@@ -433,37 +433,44 @@ func retriedBatches(t *testing.T, s *harness.Stack, id, run, activity string) in
 	return n
 }
 
-// bodiesSent counts the non-empty bodies the processor's activities got
-// inline and by reference, and the most body servers a batch named.
-func bodiesSent(t *testing.T, s *harness.Stack, id, run, activity string) (inline, byRef, servers int) {
+// batchesSent counts the pages the campaign's processor activities got
+// in their input and by batch reference, and the most nodes a batch
+// reference named.
+func batchesSent(t *testing.T, s *harness.Stack, id, run, activity string) (inInput, byRef, servers int) {
 	t.Helper()
-	eachEvent(t, s, id, run, func(e *history.HistoryEvent) {
-		a := e.GetChildWorkflowExecutionStartedEventAttributes()
-		if a == nil {
+	eachInput(t, s, id, run, activity, func(req campaign.ProcessRequest) {
+		inInput += len(req.Pages)
+		if req.Batch != nil {
+			byRef += req.Batch.Pages
+			servers = max(servers, len(req.Batch.URLs))
+		}
+	})
+	return inInput, byRef, servers
+}
+
+// eachInput calls fn on the input of each activity of type activity that
+// the campaign's runs from run on, and their ProcessBatch children,
+// scheduled.
+func eachInput(t *testing.T, s *harness.Stack, id, run, activity string, fn func(campaign.ProcessRequest)) {
+	t.Helper()
+	scheduled := func(e *history.HistoryEvent) {
+		a := e.GetActivityTaskScheduledEventAttributes()
+		if a == nil || a.GetActivityType().GetName() != activity {
 			return
 		}
-		child := a.GetWorkflowExecution()
-		eachEvent(t, s, child.GetWorkflowId(), child.GetRunId(), func(e *history.HistoryEvent) {
-			a := e.GetActivityTaskScheduledEventAttributes()
-			if a == nil || a.GetActivityType().GetName() != activity {
-				return
-			}
-			var req campaign.ProcessRequest
-			if err := converter.GetDefaultDataConverter().FromPayloads(a.GetInput(), &req); err != nil {
-				t.Fatal(err)
-			}
-			servers = max(servers, len(req.BodyServers))
-			for _, pg := range req.Pages {
-				switch {
-				case len(pg.Body) > 0:
-					inline++
-				case pg.BodyRef != nil:
-					byRef++
-				}
-			}
-		})
+		var req campaign.ProcessRequest
+		if err := converter.GetDefaultDataConverter().FromPayloads(a.GetInput(), &req); err != nil {
+			t.Fatal(err)
+		}
+		fn(req)
+	}
+	eachEvent(t, s, id, run, func(e *history.HistoryEvent) {
+		scheduled(e)
+		if a := e.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
+			child := a.GetWorkflowExecution()
+			eachEvent(t, s, child.GetWorkflowId(), child.GetRunId(), scheduled)
+		}
 	})
-	return inline, byRef, servers
 }
 
 // eachEvent calls fn on each history event of a workflow's runs from run
