@@ -45,24 +45,10 @@ func (c *Control) LeaseDeliveries(ctx context.Context, req campaign.DeliveryLeas
 			return campaign.DeliveryLease{}, err
 		}
 	}
-	// The nodes' body endpoints, read once and only when needed: before the
-	// lease for a processor that takes every body by reference (without a
-	// node serving bodies, they go inline), else for a body too large to.
-	var bases []string
-	read := false
-	bodyServers := func() ([]string, error) {
-		if !read {
-			servers, err := c.Store.BodyServers(ctx)
-			if err != nil {
-				return nil, err
-			}
-			for _, addr := range servers {
-				bases = append(bases, "http://"+addr+BodyPath)
-			}
-			read = true
-		}
-		return bases, nil
-	}
+	// The nodes' body endpoints, read only when needed: before the lease
+	// for a processor that takes every body by reference (without a node
+	// serving bodies, they go inline), else for a body too large to.
+	bodyServers := bodyServers(ctx, c.Store)
 	inline, batchBytes := p.InlineBodyLimit, int64(campaign.MaxInlineBatchBytes)
 	if p.Bodies == campaign.BodiesReference || p.Batch == campaign.BatchReference {
 		servers, err := bodyServers()
@@ -110,6 +96,26 @@ func (c *Control) leaseBatch(ctx context.Context, req campaign.DeliveryLeaseRequ
 		out.Request.Batch = ref
 	}
 	return out, nil
+}
+
+// bodyServers lists the nodes' body endpoints, reading them at its first
+// call only.
+func bodyServers(ctx context.Context, st *store.Store) func() ([]string, error) {
+	var bases []string
+	read := false
+	return func() ([]string, error) {
+		if !read {
+			servers, err := st.BodyServers(ctx)
+			if err != nil {
+				return nil, err
+			}
+			for _, addr := range servers {
+				bases = append(bases, "http://"+addr+BodyPath)
+			}
+			read = true
+		}
+		return bases, nil
+	}
 }
 
 // processRequest builds a processor's request from leased pages: a page
@@ -289,13 +295,7 @@ func BatchHandler(st *store.Store) http.Handler {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		req, err := processRequest(b.CampaignID, b.Processor, b.Pages, func() ([]string, error) {
-			servers, err := st.BodyServers(r.Context())
-			for i, addr := range servers {
-				servers[i] = "http://" + addr + BodyPath
-			}
-			return servers, err
-		})
+		req, err := processRequest(b.CampaignID, b.Processor, b.Pages, bodyServers(r.Context(), st))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
