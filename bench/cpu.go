@@ -2,9 +2,9 @@ package main
 
 import (
 	"fmt"
-	"sort"
 	"os"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 )

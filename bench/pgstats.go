@@ -66,6 +66,24 @@ func statementStats(st *stack) error {
 		Scan(&ins, &upd, &hot); err != nil {
 		return err
 	}
+	tables, err := db.Query(ctx, `
+		SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, autovacuum_count, autoanalyze_count
+		FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd + n_tup_del > 0 ORDER BY n_tup_ins + n_tup_upd + n_tup_del DESC`)
+	if err != nil {
+		return err
+	}
+	var (
+		rel                    string
+		tIns, tUpd, tHot, tDel int64
+		vacuums, analyzes      int64
+	)
+	if _, err := pgx.ForEachRow(tables, []any{&rel, &tIns, &tUpd, &tHot, &tDel, &vacuums, &analyzes}, func() error {
+		fmt.Printf("  %-18s %7d inserted %7d updated (%d HOT) %7d deleted; autovacuum %d, autoanalyze %d\n",
+			rel, tIns, tUpd, tHot, tDel, vacuums, analyzes)
+		return nil
+	}); err != nil {
+		return err
+	}
 	var wal string
 	if err := c.QueryRow(ctx, `SELECT pg_size_pretty(wal_bytes) FROM pg_stat_wal`).Scan(&wal); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -245,6 +247,9 @@ func (s *stack) crawl(seed string, maxDepth int, noop bool) (spiderpoolResult, e
 		crawlResult: crawlResult{Pages: sum.Fetched, Seconds: elapsed.Seconds(), PeakRSSMB: float64(r.peakRSS()) / (1 << 20)},
 		Runs:        sum.Runs,
 	}
+	if os.Getenv("BENCH_EVENTS") != "" {
+		printEventTypes(ctx, r.client, id)
+	}
 	lengths, err := runHistories(ctx, r.client, id, sum.Runs)
 	res.MaxHistoryEvents = slices.Max(append(lengths, 0))
 	return res, err
@@ -288,4 +293,30 @@ func runHistories(ctx context.Context, c client.Client, id string, runs int) ([]
 // noopSettings names the no-op processor's settings, as results record them.
 func noopSettings() string {
 	return fmt.Sprintf("batch %d, window %d, batches by %s", noopProcessor.BatchSize, noopProcessor.Window, noopProcessor.Batch)
+}
+
+// printEventTypes prints, under BENCH_EVENTS=1, how many events of each
+// type the campaign's last run and its children wrote: where Temporal's
+// time goes.
+func printEventTypes(ctx context.Context, c client.Client, id string) {
+	counts := map[string]int{}
+	var walk func(id, run, prefix string)
+	walk = func(id, run, prefix string) {
+		it := c.GetWorkflowHistory(ctx, id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			e, err := it.Next()
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bench: history:", err)
+				return
+			}
+			counts[prefix+e.GetEventType().String()]++
+			if a := e.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
+				walk(a.GetWorkflowExecution().GetWorkflowId(), a.GetWorkflowExecution().GetRunId(), "child ")
+			}
+		}
+	}
+	walk(id, "", "")
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		fmt.Printf("        %6d %s\n", counts[k], k)
+	}
 }
