@@ -50,15 +50,19 @@ func (c *Control) LeaseDeliveries(ctx context.Context, req campaign.DeliveryLeas
 	// serving bodies, they go inline), else for a body too large to.
 	bodyServers := bodyServers(ctx, c.Store)
 	inline, batchBytes := p.InlineBodyLimit, int64(campaign.MaxInlineBatchBytes)
-	if p.Bodies == campaign.BodiesReference || p.Batch == campaign.BatchReference {
+	if p.Bodies == campaign.BodiesReference || p.Batch == campaign.BatchReference || req.ByReference {
 		servers, err := bodyServers()
 		if err != nil {
 			return campaign.DeliveryLease{}, err
 		}
-		if len(servers) > 0 && p.Batch == campaign.BatchReference {
+		switch {
+		case len(servers) > 0 && p.Batch == campaign.BatchReference:
 			return c.leaseBatch(ctx, req, p, servers)
-		}
-		if len(servers) > 0 {
+		case req.ByReference:
+			// The run carries this batch in its own history, which must
+			// not hold pages: it gives the batch to a child instead.
+			return campaign.DeliveryLease{Unserved: true}, nil
+		case len(servers) > 0:
 			inline, batchBytes = 0, 0
 		}
 	}

@@ -444,6 +444,10 @@ type DeliveryLeaseRequest struct {
 	// lease's hold: they were leased by a run that has ended, and the
 	// batch carrying them may never come back.
 	Reset bool `json:"reset,omitempty"`
+	// ByReference asks for a batch by reference only (Processor.Batch):
+	// when no node serves batches the answer is Unserved, and nothing is
+	// leased.
+	ByReference bool `json:"by_reference,omitempty"`
 }
 
 // LeaseRun is the run part of a lease name.
@@ -456,6 +460,8 @@ type DeliveryLease struct {
 	Request ProcessRequest `json:"request"`
 	IDs     []int64        `json:"ids"`
 	Waiting int            `json:"waiting"`
+	// Unserved answers a lease ByReference that no node could serve.
+	Unserved bool `json:"unserved,omitempty"`
 }
 
 // StoreProcessedRequest records what a processor made of a batch, or

@@ -19,6 +19,7 @@ import (
 
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/history/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/spiderpool/spiderpool/campaign"
@@ -155,15 +156,21 @@ func processorStatus(t *testing.T, s *harness.Stack, id string) map[string]store
 // exported items are the shop's products, none missing, none twice.
 func TestGoProcessorItemsEqualTheShop(t *testing.T) {
 	s := harness.NewStack(t)
-	s.StartNode("a", 1)
-	s.StartNode("b", 1)
+	serving := func(c *config.Config) { c.Node.MetricsAddr = "127.0.0.1:0" }
+	s.StartNodeWith("a", 1, serving)
+	s.StartNodeWith("b", 1, serving)
 	web, shop := shopWeb(t, 2000, 0)
 	queue := s.Name + ".products"
 	cmd := exec.Command(harness.GoBinary(t, "./examples/shop-go"))
 	cmd.Env = []string{"PROCESSOR_QUEUE=" + queue}
 	s.StartCommand("shop-go", cmd)
 
-	sum := run(t, s, "shop-go", shopSpec(web, productsOn(queue)), 5*time.Minute)
+	// Batches by reference, carried in the campaign's own history (see
+	// TestFailingProcessorFailsItsPagesAndTheCampaignCompletes for the
+	// children that carry batches whose pages go inline).
+	products := productsOn(queue)
+	products.Batch = campaign.BatchReference
+	sum := run(t, s, "shop-go", shopSpec(web, products), 5*time.Minute)
 	pages := int64(shop.Pages() + 1)
 	if sum.Fetched != pages {
 		t.Errorf("fetched %d pages, want %d", sum.Fetched, pages)
@@ -178,6 +185,9 @@ func TestGoProcessorItemsEqualTheShop(t *testing.T) {
 	}
 	if n := bodiesLeft(t, s, "shop-go"); n != 0 {
 		t.Errorf("%d page bodies kept after every page was processed", n)
+	}
+	if inRun, inChildren := batchPlaces(t, s, "shop-go", "products"); inRun == 0 || inChildren != 0 {
+		t.Errorf("%d batches ran in the campaign's history and %d in children: want all in the campaign's", inRun, inChildren)
 	}
 	harness.RecordHistory(t, s.Client, "shop-go", "processors_shop")
 	if child := busyChild(t, s, "shop-go"); child != "" {
@@ -201,9 +211,15 @@ func TestFailingProcessorFailsItsPagesAndTheCampaignCompletes(t *testing.T) {
 	go func() { done <- p.Run(ctx, processor.WithClient(s.Client)) }()
 	t.Cleanup(func() { cancel(); <-done })
 
+	// Batches by reference, but no node serves them: they go to
+	// ProcessBatch children, their pages inline.
 	spec := shopSpec(web, campaign.Processor{Name: "broken", TaskQueue: queue, Activity: "broken", BatchSize: 50,
+		Batch: campaign.BatchReference,
 		Retry: campaign.ProcessorRetry{MaxAttempts: 3, InitialInterval: campaign.Duration(100 * time.Millisecond)}})
 	sum := run(t, s, "broken", spec, 3*time.Minute)
+	if inRun, inChildren := batchPlaces(t, s, "broken", "broken"); inRun != 0 || inChildren == 0 {
+		t.Errorf("%d batches ran in the campaign's history and %d in children: want all in children, since no node serves batches", inRun, inChildren)
+	}
 	pages := int64(shop.Pages() + 1)
 	if sum.Fetched != pages {
 		t.Errorf("fetched %d pages, want %d", sum.Fetched, pages)
@@ -409,28 +425,55 @@ func busyChild(t *testing.T, s *harness.Stack, id string) string {
 }
 
 // retriedBatches counts the batches of activity type activity, in the
-// ProcessBatch children of the campaign's runs from run on, that
+// campaign's runs from run on and their ProcessBatch children, that
 // completed on an attempt after the first.
 func retriedBatches(t *testing.T, s *harness.Stack, id, run, activity string) int {
 	t.Helper()
 	n := 0
-	eachEvent(t, s, id, run, func(e *history.HistoryEvent) {
-		a := e.GetChildWorkflowExecutionStartedEventAttributes()
-		if a == nil {
-			return
+	types := map[string]string{} // by workflow and event ID
+	eachBatchEvent(t, s, id, run, func(wf string, e *history.HistoryEvent) {
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
+			types[fmt.Sprint(wf, e.GetEventId())] = a.GetActivityType().GetName()
 		}
-		types := map[int64]string{}
-		child := a.GetWorkflowExecution()
-		eachEvent(t, s, child.GetWorkflowId(), child.GetRunId(), func(e *history.HistoryEvent) {
-			if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
-				types[e.GetEventId()] = a.GetActivityType().GetName()
-			}
-			if a := e.GetActivityTaskStartedEventAttributes(); a != nil && a.GetAttempt() > 1 && types[a.GetScheduledEventId()] == activity {
-				n++
-			}
-		})
+		if a := e.GetActivityTaskStartedEventAttributes(); a != nil && a.GetAttempt() > 1 && types[fmt.Sprint(wf, a.GetScheduledEventId())] == activity {
+			n++
+		}
 	})
 	return n
+}
+
+// eachBatchEvent calls fn on each event of the campaign's runs from run on
+// and of their ProcessBatch children, with the run's ID.
+func eachBatchEvent(t *testing.T, s *harness.Stack, id, run string, fn func(run string, e *history.HistoryEvent)) {
+	t.Helper()
+	eachEvent(t, s, id, run, func(e *history.HistoryEvent) {
+		fn(id, e)
+		if a := e.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
+			child := a.GetWorkflowExecution()
+			eachEvent(t, s, child.GetWorkflowId(), child.GetRunId(), func(e *history.HistoryEvent) { fn(child.GetRunId(), e) })
+		}
+	})
+}
+
+// batchPlaces counts the processor activities scheduled in the campaign's
+// runs, and in their ProcessBatch children.
+func batchPlaces(t *testing.T, s *harness.Stack, id, activity string) (inRun, inChildren int) {
+	t.Helper()
+	d, err := s.Client.DescribeWorkflowExecution(bg, id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := d.GetWorkflowExecutionInfo().GetFirstRunId()
+	eachBatchEvent(t, s, id, run, func(wf string, e *history.HistoryEvent) {
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == activity {
+			if wf == id {
+				inRun++
+			} else {
+				inChildren++
+			}
+		}
+	})
+	return inRun, inChildren
 }
 
 // batchesSent counts the pages the campaign's processor activities got
@@ -453,7 +496,7 @@ func batchesSent(t *testing.T, s *harness.Stack, id, run, activity string) (inIn
 // scheduled.
 func eachInput(t *testing.T, s *harness.Stack, id, run, activity string, fn func(campaign.ProcessRequest)) {
 	t.Helper()
-	scheduled := func(e *history.HistoryEvent) {
+	eachBatchEvent(t, s, id, run, func(_ string, e *history.HistoryEvent) {
 		a := e.GetActivityTaskScheduledEventAttributes()
 		if a == nil || a.GetActivityType().GetName() != activity {
 			return
@@ -463,13 +506,6 @@ func eachInput(t *testing.T, s *harness.Stack, id, run, activity string, fn func
 			t.Fatal(err)
 		}
 		fn(req)
-	}
-	eachEvent(t, s, id, run, func(e *history.HistoryEvent) {
-		scheduled(e)
-		if a := e.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
-			child := a.GetWorkflowExecution()
-			eachEvent(t, s, child.GetWorkflowId(), child.GetRunId(), scheduled)
-		}
 	})
 }
 
@@ -495,8 +531,8 @@ func eachEvent(t *testing.T, s *harness.Stack, id, run string, fn func(*history.
 }
 
 // startedActivities counts the activities of a type that a worker has
-// started and not finished, in the campaign's running ProcessBatch
-// children.
+// started and not finished, in the campaign's running run and its
+// running ProcessBatch children.
 func startedActivities(t *testing.T, s *harness.Stack, id, activity string) int {
 	t.Helper()
 	d, err := s.Client.DescribeWorkflowExecution(bg, id, "")
@@ -504,16 +540,20 @@ func startedActivities(t *testing.T, s *harness.Stack, id, activity string) int 
 		t.Fatal(err)
 	}
 	n := 0
+	count := func(pending []*workflowpb.PendingActivityInfo) {
+		for _, a := range pending {
+			if a.GetActivityType().GetName() == activity && a.GetState() == enums.PENDING_ACTIVITY_STATE_STARTED {
+				n++
+			}
+		}
+	}
+	count(d.GetPendingActivities())
 	for _, c := range d.GetPendingChildren() {
 		cd, err := s.Client.DescribeWorkflowExecution(bg, c.GetWorkflowId(), c.GetRunId())
 		if err != nil {
 			continue // it has just ended
 		}
-		for _, a := range cd.GetPendingActivities() {
-			if a.GetActivityType().GetName() == activity && a.GetState() == enums.PENDING_ACTIVITY_STATE_STARTED {
-				n++
-			}
-		}
+		count(cd.GetPendingActivities())
 	}
 	return n
 }
