@@ -60,6 +60,8 @@ type campaignPlan struct {
 	web         int // index into the scenario's webs
 	minDelay    time.Duration
 	concurrency int // max_concurrency_per_host
+	// processor: every page also goes to the no-op processor.
+	processor bool
 }
 
 // hostRate is the most pages a second politeness lets a campaign take from
@@ -120,6 +122,8 @@ func politeScenarios(scale float64) []politeScenario {
 		{id: 5, title: "two campaigns over the same hosts", webs: []webPlan{shared}, campaigns: []campaignPlan{
 			{name: "delay 1s", minDelay: time.Second, concurrency: 1},
 			{name: "delay 2s", minDelay: 2 * time.Second, concurrency: 1}}},
+		{id: 6, title: "many hosts, 1s apart, every page to a no-op processor", webs: []webPlan{wide}, campaigns: []campaignPlan{
+			{name: "wide+noop", minDelay: time.Second, concurrency: 1, processor: true}}},
 	}
 }
 
@@ -209,7 +213,7 @@ type sharedWeb struct {
 // runPolite runs the politeness scenarios on the full stack.
 func runPolite(args []string) error {
 	fs := flag.NewFlagSet("polite", flag.ExitOnError)
-	only := fs.String("only", "", "scenarios to run, e.g. 1,3 (default all: 1,2,3,5)")
+	only := fs.String("only", "", "scenarios to run, e.g. 1,3 (default all: 1,2,3,5,6)")
 	scale := fs.Float64("scale", 1, "multiply hosts and pages per host by this (0.1 for a quick check)")
 	bin := fs.String("spiderpool", "../bin/spiderpool", "the spiderpool binary")
 	out := fs.String("out", "results.json", "results file")
@@ -250,7 +254,7 @@ func pickScenarios(all []politeScenario, only string) ([]politeScenario, error) 
 		id, err := strconv.Atoi(strings.TrimSpace(f))
 		i := slices.IndexFunc(all, func(s politeScenario) bool { return s.id == id })
 		if err != nil || i < 0 {
-			return nil, fmt.Errorf("-only: no scenario %q (there are 1, 2, 3 and 5)", f)
+			return nil, fmt.Errorf("-only: no scenario %q (there are 1, 2, 3, 5 and 6)", f)
 		}
 		out = append(out, all[i])
 	}
@@ -299,6 +303,12 @@ func (s *stack) polite(sc politeScenario) (politeScenarioResult, error) {
 	}
 	defer nodes.stop()
 
+	var noop []campaign.Processor
+	if slices.ContainsFunc(sc.campaigns, func(c campaignPlan) bool { return c.processor }) {
+		p, stop := nodes.runNoop()
+		defer stop()
+		noop = []campaign.Processor{p}
+	}
 	fmt.Printf("scenario %d: %s\n", sc.id, sc.title)
 	began, cpu := time.Now(), sampleCPU()
 	runs := make([]*campaignRun, len(sc.campaigns))
@@ -311,7 +321,11 @@ func (s *stack) polite(sc politeScenario) (politeScenarioResult, error) {
 		fmt.Printf("  %-12s %d hosts x %d pages, min_delay %v, concurrency %d: bound %.1f pages/s\n",
 			cp.name, wp.hosts+wp.slowHosts, wp.pagesPerHost, cp.minDelay, cp.concurrency, cp.bound(wp))
 		c.start = time.Now()
-		wr, err := nodes.campaigns.Start(ctx, c.id, cp.spec(c.web.Roots(), c.agent))
+		spec := cp.spec(c.web.Roots(), c.agent)
+		if cp.processor {
+			spec.Processors = noop
+		}
+		wr, err := nodes.campaigns.Start(ctx, c.id, spec)
 		if err != nil {
 			return res, err
 		}

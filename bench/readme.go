@@ -113,7 +113,21 @@ func writePolite(b *strings.Builder, p *politeRun) {
 			notes = append(notes, fmt.Sprintf("- Scenario %d, %s.\n", sc.ID, line))
 		}
 	}
+	if plain, noop := politeEfficiency(p, 1), politeEfficiency(p, 6); plain > 0 && noop > 0 {
+		notes = append(notes, fmt.Sprintf("- Scenario 6 is scenario 1 with every page also sent to the no-op processor of the processor comparison (%s): it reached %.2f× scenario 1's efficiency, same run.\n",
+			noopSettings(), noop/plain))
+	}
 	if len(notes) > 0 {
 		b.WriteString(strings.Join(notes, "") + "\n")
 	}
+}
+
+// politeEfficiency is the first campaign's efficiency in scenario id, or 0.
+func politeEfficiency(p *politeRun, id int) float64 {
+	for _, sc := range p.Scenarios {
+		if sc.ID == id && len(sc.Campaigns) > 0 {
+			return sc.Campaigns[0].Efficiency
+		}
+	}
+	return 0
 }

@@ -202,6 +202,20 @@ type spiderpoolResult struct {
 // them.
 var noopProcessor = campaign.Processor{Name: "noop", Activity: "noop", BatchSize: 500, Window: 8, Batch: campaign.BatchReference}
 
+// runNoop runs the no-op processor in this process, on the nodes'
+// Temporal client, until stop; p is it as a spec names it.
+func (r *nodeSet) runNoop() (p campaign.Processor, stop func()) {
+	p = noopProcessor
+	p.TaskQueue = fmt.Sprintf("bench.noop.%d", r.n)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- processor.New(p.Name).Queue(p.TaskQueue).Logger(slog.New(slog.DiscardHandler)).
+			Run(ctx, processor.WithClient(r.client), processor.WithConcurrency(16))
+	}()
+	return p, func() { cancel(); <-done }
+}
+
 // crawl runs one campaign over the web from seed on fresh nodes and
 // database, timing it from the workflow's start to its result. With noop
 // every HTML page also goes to a no-op processor run in this process.
@@ -219,15 +233,8 @@ func (s *stack) crawl(seed string, maxDepth int, noop bool) (spiderpoolResult, e
 		Politeness: campaign.Politeness{MaxConcurrencyPerHost: 4},
 	}
 	if noop {
-		p := noopProcessor
-		p.TaskQueue = fmt.Sprintf("bench.noop.%d", r.n)
-		pctx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() {
-			done <- processor.New(p.Name).Queue(p.TaskQueue).Logger(slog.New(slog.DiscardHandler)).
-				Run(pctx, processor.WithClient(r.client), processor.WithConcurrency(16))
-		}()
-		defer func() { stop(); <-done }()
+		p, stop := r.runNoop()
+		defer stop()
 		spec.Processors = []campaign.Processor{p}
 	}
 	id := fmt.Sprintf("bench-%d", r.n)
