@@ -23,7 +23,7 @@ ENGINE ?= $(shell command -v docker || command -v podman)
 
 # Packages under the race detector (activities starts its own Postgres).
 UNIT_PKGS := ./ring/... ./campaign/... ./crawl/... ./fetch/... ./workflows/... ./config/... ./activities/... ./store/... \
-	./archive/... ./metrics/... ./control/... ./cmd/... ./workers/... ./devstack/... ./schema/...
+	./archive/... ./metrics/... ./control/... ./cmd/... ./workers/... ./devstack/... ./schema/... ./processor/...
 
 .PHONY: help tools postgres build image cross test test-unit test-integration test-tools demo dev histories fuzz vet clean bench bench-scale bench-polite bench-frontier
 
