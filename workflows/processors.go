@@ -264,7 +264,7 @@ var errUnserved = errors.New("no node serves batches")
 func batchesByReference(ctx, cctx workflow.Context, req campaign.ProcessBatchRequest) (campaign.ProcessBatchResult, error) {
 	byRef := req
 	byRef.Lease.ByReference = true
-	res, err := carryBatches(ctx, byRef)
+	res, err := ProcessBatch(ctx, byRef)
 	if !errors.Is(err, errUnserved) {
 		return res, err
 	}
@@ -278,14 +278,11 @@ func batchesByReference(ctx, cctx workflow.Context, req campaign.ProcessBatchReq
 // the processor's activity on it with the processor's retry policy, and
 // stores what it returned, or its failure once the policy gave up. It
 // goes on to the next batch while the last was full.
+//
+// The campaign also calls it in its own run, for batches by reference
+// (see batchesByReference): a lease by reference that no node can serve
+// returns errUnserved, having leased nothing.
 func ProcessBatch(ctx workflow.Context, req campaign.ProcessBatchRequest) (campaign.ProcessBatchResult, error) {
-	return carryBatches(ctx, req)
-}
-
-// carryBatches is ProcessBatch's loop, in a child or (batches by
-// reference) in the campaign's run. A lease by reference that no node can
-// serve returns errUnserved, having leased nothing.
-func carryBatches(ctx workflow.Context, req campaign.ProcessBatchRequest) (campaign.ProcessBatchResult, error) {
 	var res campaign.ProcessBatchResult
 	local := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		ScheduleToCloseTimeout: time.Minute,
