@@ -304,16 +304,27 @@ func (p *Processor) postBodies(ctx context.Context, server string, tokens []stri
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	body, err := p.askNode(req)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	return readBodies(bufio.NewReader(body), len(tokens))
+}
+
+// askNode sends a request to a node's body or batch endpoint: an answer
+// other than 200 is an error, with the start of what the node said.
+func (p *Processor) askNode(req *http.Request) (io.ReadCloser, error) {
 	resp, err := p.bodies.Do(req)
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("POST %s: %s: %s", server, resp.Status, bytes.TrimSpace(msg))
+		return nil, fmt.Errorf("%s %s: %s: %s", req.Method, req.URL, resp.Status, bytes.TrimSpace(msg))
 	}
-	return readBodies(bufio.NewReader(resp.Body), len(tokens))
+	return resp.Body, nil
 }
 
 // readBodies reads n framed bodies: "<token> <length>\n" and length bytes,
@@ -374,16 +385,12 @@ func (p *Processor) getBatch(ctx context.Context, u string) (campaign.ProcessReq
 	if err != nil {
 		return out, err
 	}
-	resp, err := p.bodies.Do(req)
+	body, err := p.askNode(req)
 	if err != nil {
 		return out, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return out, fmt.Errorf("GET %s: %s: %s", u, resp.Status, bytes.TrimSpace(msg))
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+	defer body.Close()
+	if err := json.NewDecoder(body).Decode(&out); err != nil {
 		return out, fmt.Errorf("GET %s: %w", u, err)
 	}
 	return out, nil
