@@ -67,7 +67,8 @@ func statementStats(st *stack) error {
 		return err
 	}
 	tables, err := db.Query(ctx, `
-		SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, autovacuum_count, autoanalyze_count
+		SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, autovacuum_count, autoanalyze_count,
+		       seq_scan, seq_tup_read, coalesce(idx_tup_fetch, 0)
 		FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd + n_tup_del > 0 ORDER BY n_tup_ins + n_tup_upd + n_tup_del DESC`)
 	if err != nil {
 		return err
@@ -76,10 +77,11 @@ func statementStats(st *stack) error {
 		rel                    string
 		tIns, tUpd, tHot, tDel int64
 		vacuums, analyzes      int64
+		seqs, seqRead, idxRead int64
 	)
-	if _, err := pgx.ForEachRow(tables, []any{&rel, &tIns, &tUpd, &tHot, &tDel, &vacuums, &analyzes}, func() error {
-		fmt.Printf("  %-18s %7d inserted %7d updated (%d HOT) %7d deleted; autovacuum %d, autoanalyze %d\n",
-			rel, tIns, tUpd, tHot, tDel, vacuums, analyzes)
+	if _, err := pgx.ForEachRow(tables, []any{&rel, &tIns, &tUpd, &tHot, &tDel, &vacuums, &analyzes, &seqs, &seqRead, &idxRead}, func() error {
+		fmt.Printf("  %-18s %7d inserted %7d updated (%d HOT) %7d deleted; autovacuum %d, autoanalyze %d; %d seq scans reading %d rows, %d rows by index\n",
+			rel, tIns, tUpd, tHot, tDel, vacuums, analyzes, seqs, seqRead, idxRead)
 		return nil
 	}); err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/config"
 	"github.com/spiderpool/spiderpool/control"
@@ -83,6 +84,7 @@ func (s *stack) stop() {
 // campaigns.
 type nodeSet struct {
 	n         int // the stack's run number: campaign IDs use it
+	db        string
 	procs     []*exec.Cmd
 	client    client.Client
 	campaigns *control.Campaigns
@@ -99,10 +101,14 @@ func (s *stack) startNodes() (_ *nodeSet, err error) {
 			r.stop()
 		}
 	}()
+	if err := s.freshStart(ctx); err != nil {
+		return nil, err
+	}
 	db, err := s.pg.CreateDatabase(ctx, fmt.Sprintf("bench_%d", s.runs))
 	if err != nil {
 		return nil, err
 	}
+	r.db = db
 	cfg := config.Default()
 	cfg.DatabaseURL, cfg.TemporalAddress = db, s.temporal.Address()
 	cfg.ControlQueue = fmt.Sprintf("bench.%d", s.runs)
@@ -139,6 +145,27 @@ func (s *stack) startNodes() (_ *nodeSet, err error) {
 	}
 	r.campaigns = &control.Campaigns{Client: r.client, Queue: cfg.ControlQueue}
 	return r, nil
+}
+
+// freshStart gives each run the same start: the last run's database is
+// dropped (else autovacuum cleans it up while this run crawls), and a
+// checkpoint is taken (else one falls, by WAL volume, in whichever run
+// reaches it).
+func (s *stack) freshStart(ctx context.Context) error {
+	if s.runs < 2 {
+		return nil
+	}
+	conn, err := pgx.Connect(ctx, s.pg.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	last := pgx.Identifier{fmt.Sprintf("bench_%d", s.runs-1)}.Sanitize()
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+last+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop the last run's database: %w", err)
+	}
+	_, err = conn.Exec(ctx, "CHECKPOINT")
+	return err
 }
 
 // waitRegistered waits until n nodes are alive in the registry at db.
@@ -250,6 +277,9 @@ func (s *stack) crawl(seed string, maxDepth int, noop bool) (spiderpoolResult, e
 	}
 	elapsed := time.Since(start)
 	fmt.Println("       ", cpuByChild(cpu, sampleCPU()))
+	if noop {
+		printTail(ctx, r.db, start, elapsed)
+	}
 	res := spiderpoolResult{
 		crawlResult: crawlResult{Pages: sum.Fetched, Seconds: elapsed.Seconds(), PeakRSSMB: float64(r.peakRSS()) / (1 << 20)},
 		Runs:        sum.Runs,
@@ -325,5 +355,20 @@ func printEventTypes(ctx context.Context, c client.Client, id string) {
 	walk(id, "", "")
 	for _, k := range slices.Sorted(maps.Keys(counts)) {
 		fmt.Printf("        %6d %s\n", counts[k], k)
+	}
+}
+
+// printTail prints when the crawl fetched its last page, beside when the
+// campaign completed: what lies between is processing still waiting when
+// fetching ended.
+func printTail(ctx context.Context, db string, start time.Time, elapsed time.Duration) {
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	var last time.Time
+	if conn.QueryRow(ctx, `SELECT max(fetched_at) FROM pages`).Scan(&last) == nil {
+		fmt.Printf("        last page fetched at %.1f s, campaign completed at %.1f s\n", last.Sub(start).Seconds(), elapsed.Seconds())
 	}
 }
