@@ -66,7 +66,7 @@ func (c *Control) LeaseDeliveries(ctx context.Context, req campaign.DeliveryLeas
 			inline, batchBytes = 0, 0
 		}
 	}
-	lease, err := c.Store.LeaseDeliveries(ctx, req.CampaignKey, p.Name, req.Lease, p.BatchSize, inline, batchBytes, p.MaxPending+1)
+	lease, err := c.Store.LeaseDeliveries(ctx, storeLease(req), p.BatchSize, inline, batchBytes, p.MaxPending+1)
 	if err != nil {
 		return campaign.DeliveryLease{}, err
 	}
@@ -83,7 +83,7 @@ func (c *Control) LeaseDeliveries(ctx context.Context, req campaign.DeliveryLeas
 // leaseBatch leases a batch for a processor that takes batches by
 // reference: the request names the batch at each body server.
 func (c *Control) leaseBatch(ctx context.Context, req campaign.DeliveryLeaseRequest, p campaign.Processor, servers []string) (campaign.DeliveryLease, error) {
-	lease, err := c.Store.LeaseBatch(ctx, req.CampaignKey, req.CampaignID, p.Name, req.Lease, p.BatchSize, p.MaxPending+1)
+	lease, err := c.Store.LeaseBatch(ctx, storeLease(req), p.BatchSize, p.MaxPending+1)
 	if err != nil {
 		return campaign.DeliveryLease{}, err
 	}
@@ -100,6 +100,11 @@ func (c *Control) leaseBatch(ctx context.Context, req campaign.DeliveryLeaseRequ
 		out.Request.Batch = ref
 	}
 	return out, nil
+}
+
+// storeLease names a lease as the store does.
+func storeLease(req campaign.DeliveryLeaseRequest) store.Lease {
+	return store.Lease{CampaignKey: req.CampaignKey, CampaignID: req.CampaignID, Processor: req.Processor, ID: req.Lease, Held: req.Held}
 }
 
 // bodyServers lists the nodes' body endpoints, reading them at its first
@@ -195,10 +200,11 @@ func (c *Control) StoreProcessed(ctx context.Context, req campaign.StoreProcesse
 		}
 		res.Discovered = n
 	}
-	if _, err := c.Store.StoreProcessed(ctx, req.CampaignKey, req.Processor, results); err != nil {
+	l := store.Lease{CampaignKey: req.CampaignKey, CampaignID: req.CampaignID, Processor: req.Processor, ID: req.Lease, Held: req.Held}
+	if _, err := c.Store.StoreProcessed(ctx, l, results); err != nil {
 		return res, err
 	}
-	if req.Batch != "" {
+	if req.Batch != "" && !req.Held { // a held batch's row went with the store
 		// A batch left behind is harmless: it serves no page once its
 		// deliveries are recorded, and its campaign's next run drops it.
 		if err := c.Store.DropBatch(ctx, req.Batch); err != nil {

@@ -448,6 +448,11 @@ type DeliveryLeaseRequest struct {
 	// when no node serves batches the answer is Unserved, and nothing is
 	// leased.
 	ByReference bool `json:"by_reference,omitempty"`
+	// Held: the batch holds its pages itself, out of the deliveries
+	// table until its outcome is stored (see store.Lease). Runs from
+	// processors version 4 on lease so; their histories are never run by
+	// nodes without it.
+	Held bool `json:"held,omitempty"`
 }
 
 // LeaseRun is the run part of a lease name.
@@ -471,6 +476,10 @@ type StoreProcessedRequest struct {
 	CampaignID  string  `json:"campaign_id"`
 	Processor   string  `json:"processor"`
 	IDs         []int64 `json:"ids"`
+	// Lease and Held are the batch's lease (DeliveryLeaseRequest): a held
+	// lease's outcome is stored by its name.
+	Lease int64 `json:"lease,omitempty"`
+	Held  bool  `json:"held,omitempty"`
 	// Batch is the batch's token when it went by reference: stored, the
 	// batch is no longer served.
 	Batch  string         `json:"batch,omitempty"`

@@ -749,7 +749,7 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 				FROM unnest($2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[], $7::bigint[])
 				     AS r(id, state, tried, status, err, retry_ms)
 				WHERE f.id = r.id AND f.campaign = $1 AND f.lease_holder = $8 AND f.state = 'leased'
-				RETURNING f.id
+				RETURNING f.id, f.url, f.depth
 			), p AS (
 				INSERT INTO pages (url_id, campaign, status, content_type, content_length, truncated, content_digest,
 				                   title, redirect_to, links, fetched_at, duration_ms, node,
@@ -765,8 +765,8 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 				JOIN u ON u.id = pg.id
 				ON CONFLICT (url_id) DO NOTHING
 			), b AS (
-				INSERT INTO page_bodies (url_id, campaign, final_url, status, headers, content_type, fetched_at, body, sha256, token)
-				SELECT b.id, $1, b.final, b.status, b.headers::jsonb, nullif(b.ctype, ''), b.at, b.body, b.sha, b.token
+				INSERT INTO page_bodies (url_id, campaign, url, depth, final_url, status, headers, content_type, fetched_at, body, sha256, token)
+				SELECT b.id, $1, u.url, u.depth, b.final, b.status, b.headers::jsonb, nullif(b.ctype, ''), b.at, b.body, b.sha, b.token
 				FROM unnest($26::bigint[], $27::text[], $28::int[], $29::text[], $30::text[], $31::timestamptz[],
 				            $32::bytea[], $33::text[], $34::text[]) AS b(id, final, status, headers, ctype, at, body, sha, token)
 				JOIN u ON u.id = b.id

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -101,31 +102,62 @@ type LeasedPage struct {
 	SHA256 string
 }
 
+// Lease names a batch of a processor's pages.
+type Lease struct {
+	CampaignKey int64
+	CampaignID  string
+	Processor   string
+	// ID names the batch (campaign.DeliveryLeaseRequest.Lease): asked
+	// again, a lease answers with the pages it holds.
+	ID int64
+	// Held: the batch holds its pages in its delivery_batches row, taking
+	// their deliveries rows out of the table until its outcome is stored
+	// (processors version 4). Else it marks the rows leased, as runs
+	// before did.
+	Held bool
+}
+
 // ReleaseDeliveries returns to pending a processor's pages leased by
 // runs other than keepRun (see campaign.LeaseRun): such a run has ended,
 // and the batch carrying them may never come back.
 func (s *Store) ReleaseDeliveries(ctx context.Context, campaignKey int64, processor string, keepRun int64) (int, error) {
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE deliveries SET state = 'pending'
-		WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND (lease IS NULL OR lease >> 32 <> $3)`,
-		campaignKey, processor, keepRun)
+	var n int
+	err := s.retryTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+			UPDATE deliveries SET state = 'pending'
+			WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND (lease IS NULL OR lease >> 32 <> $3)`,
+			campaignKey, processor, keepRun)
+		if err != nil {
+			return err
+		}
+		// Batches that held their pages put them back.
+		held, err := tx.Exec(ctx, `
+			WITH gone AS (
+				DELETE FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease >> 32 <> $3
+				RETURNING ids
+			)
+			INSERT INTO deliveries (campaign, processor, url_id)
+			SELECT $1, $2, unnest(ids) FROM gone WHERE ids IS NOT NULL
+			ON CONFLICT DO NOTHING`, campaignKey, processor, keepRun)
+		n = int(tag.RowsAffected() + held.RowsAffected())
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("release deliveries of campaign %d to %s: %w", campaignKey, processor, err)
 	}
-	if _, err := s.pool.Exec(ctx, `
-		DELETE FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease >> 32 <> $3`,
-		campaignKey, processor, keepRun); err != nil {
-		return 0, fmt.Errorf("release batches of campaign %d to %s: %w", campaignKey, processor, err)
-	}
-	return int(tag.RowsAffected()), nil
+	return n, nil
 }
 
-// waitingSQL counts a processor's pages pending, up to $3.
+// waitingSQL counts a processor's pages pending, up to $3. The order
+// keeps it on the index of pending rows: without it the planner, counting
+// on pending rows to be many, read the table from its start, where the
+// oldest rows are done (215 scans reading 7.2 million rows in a
+// 60,000-page crawl).
 const waitingSQL = `
 	SELECT count(*) FROM (
 		SELECT 1 FROM deliveries
 		WHERE campaign = $1 AND processor = $2 AND state = 'pending'
-		LIMIT $3) w`
+		ORDER BY url_id LIMIT $3) w`
 
 // DeliveriesWaiting counts, up to countTo, a processor's pages pending.
 func (s *Store) DeliveriesWaiting(ctx context.Context, campaignKey int64, processor string, countTo int) (int, error) {
@@ -142,21 +174,21 @@ func (s *Store) DeliveriesWaiting(ctx context.Context, campaignKey int64, proces
 // to inline bytes travels in the lease while the batch's inline bodies
 // stay within batchBytes; a larger one goes by its token. Waiting counts,
 // up to countTo, what is still pending after it.
-func (s *Store) LeaseDeliveries(ctx context.Context, campaignKey int64, processor string, lease int64, max int, inline, batchBytes int64, countTo int) (DeliveryLease, error) {
+func (s *Store) LeaseDeliveries(ctx context.Context, l Lease, max int, inline, batchBytes int64, countTo int) (DeliveryLease, error) {
 	var out DeliveryLease
 	err := s.retryTx(ctx, func(tx pgx.Tx) error {
 		out = DeliveryLease{}
-		ids, err := leaseDeliveryIDs(ctx, tx, campaignKey, processor, lease, max)
+		ids, _, err := leaseDeliveryIDs(ctx, tx, l, max)
 		if err != nil {
 			return err
 		}
-		if out.Pages, err = leasedPages(ctx, tx, campaignKey, ids, inline, batchBytes); err != nil {
+		if out.Pages, err = leasedPages(ctx, tx, l.CampaignKey, ids, inline, batchBytes); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, waitingSQL, campaignKey, processor, countTo).Scan(&out.Waiting)
+		return tx.QueryRow(ctx, waitingSQL, l.CampaignKey, l.Processor, countTo).Scan(&out.Waiting)
 	})
 	if err != nil {
-		return DeliveryLease{}, fmt.Errorf("lease pages of campaign %d for processor %s: %w", campaignKey, processor, err)
+		return DeliveryLease{}, fmt.Errorf("lease pages of campaign %d for processor %s: %w", l.CampaignKey, l.Processor, err)
 	}
 	return out, nil
 }
@@ -172,15 +204,15 @@ type BatchLease struct {
 // LeaseBatch leases a batch as LeaseDeliveries does, without reading its
 // pages: it names the batch by a token instead, the same token when asked
 // again for the same lease. No token is made for an empty batch.
-func (s *Store) LeaseBatch(ctx context.Context, campaignKey int64, campaignID, processor string, lease int64, max, countTo int) (BatchLease, error) {
+func (s *Store) LeaseBatch(ctx context.Context, l Lease, max, countTo int) (BatchLease, error) {
 	var out BatchLease
 	err := s.retryTx(ctx, func(tx pgx.Tx) error {
 		out = BatchLease{}
 		var err error
-		if out.IDs, err = leaseDeliveryIDs(ctx, tx, campaignKey, processor, lease, max); err != nil {
+		if out.IDs, out.Token, err = leaseDeliveryIDs(ctx, tx, l, max); err != nil {
 			return err
 		}
-		if len(out.IDs) > 0 {
+		if len(out.IDs) > 0 && out.Token == "" {
 			token, err := randomToken()
 			if err != nil {
 				return err
@@ -189,14 +221,14 @@ func (s *Store) LeaseBatch(ctx context.Context, campaignKey int64, campaignID, p
 				INSERT INTO delivery_batches AS b (token, campaign, campaign_id, processor, lease)
 				VALUES ($1, $2, $3, $4, $5)
 				ON CONFLICT (campaign, processor, lease) DO UPDATE SET token = b.token
-				RETURNING token`, token, campaignKey, campaignID, processor, lease).Scan(&out.Token); err != nil {
+				RETURNING token`, token, l.CampaignKey, l.CampaignID, l.Processor, l.ID).Scan(&out.Token); err != nil {
 				return err
 			}
 		}
-		return tx.QueryRow(ctx, waitingSQL, campaignKey, processor, countTo).Scan(&out.Waiting)
+		return tx.QueryRow(ctx, waitingSQL, l.CampaignKey, l.Processor, countTo).Scan(&out.Waiting)
 	})
 	if err != nil {
-		return BatchLease{}, fmt.Errorf("lease a batch of campaign %d for processor %s: %w", campaignKey, processor, err)
+		return BatchLease{}, fmt.Errorf("lease a batch of campaign %d for processor %s: %w", l.CampaignKey, l.Processor, err)
 	}
 	return out, nil
 }
@@ -218,17 +250,19 @@ func (s *Store) BatchByToken(ctx context.Context, token string) (Batch, error) {
 	var b Batch
 	err := s.retryTx(ctx, func(tx pgx.Tx) error {
 		var lease int64
-		err := tx.QueryRow(ctx, `SELECT campaign, campaign_id, processor, lease FROM delivery_batches WHERE token = $1`, token).
-			Scan(&b.CampaignKey, &b.CampaignID, &b.Processor, &lease)
+		var ids []int64
+		err := tx.QueryRow(ctx, `SELECT campaign, campaign_id, processor, lease, ids FROM delivery_batches WHERE token = $1`, token).
+			Scan(&b.CampaignKey, &b.CampaignID, &b.Processor, &lease, &ids)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNoBatch
 		}
 		if err != nil {
 			return err
 		}
-		ids, err := collectIDs(tx.Query(ctx, leasedIDsSQL, b.CampaignKey, b.Processor, lease))
-		if err != nil {
-			return err
+		if ids == nil { // a batch that marks its pages leased
+			if ids, err = collectIDs(tx.Query(ctx, leasedIDsSQL, b.CampaignKey, b.Processor, lease)); err != nil {
+				return err
+			}
 		}
 		if len(ids) == 0 {
 			return ErrNoBatch
@@ -247,39 +281,77 @@ const leasedIDsSQL = `
 	SELECT url_id FROM deliveries
 	WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND lease = $3`
 
-// leaseDeliveryIDs leases up to max pending deliveries under lease, or
-// finds those it holds already (a retried lease).
-func leaseDeliveryIDs(ctx context.Context, tx pgx.Tx, campaignKey int64, processor string, lease int64, max int) ([]int64, error) {
+// leaseDeliveryIDs leases up to max pending deliveries under l, or finds
+// those it holds already (a retried lease). A held lease names its batch
+// by token; the other kind has none until LeaseBatch makes one.
+func leaseDeliveryIDs(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids []int64, token string, err error) {
+	if l.Held {
+		return holdDeliveries(ctx, tx, l, max)
+	}
 	// By ids, statement by statement: joined to the CTEs in one
 	// statement, the planner hashed the whole campaign's frontier and
 	// deliveries at every lease (14 ms a lease at 60,000 URLs).
-	ids, err := collectIDs(tx.Query(ctx, leasedIDsSQL, campaignKey, processor, lease))
+	ids, err = collectIDs(tx.Query(ctx, leasedIDsSQL, l.CampaignKey, l.Processor, l.ID))
 	if err != nil || len(ids) > 0 {
-		return ids, err
+		return ids, "", err
 	}
 	if ids, err = collectIDs(tx.Query(ctx, `
 		SELECT url_id FROM deliveries
 		WHERE campaign = $1 AND processor = $2 AND state = 'pending'
 		ORDER BY url_id LIMIT $3
-		FOR UPDATE SKIP LOCKED`, campaignKey, processor, max)); err != nil {
-		return nil, err
+		FOR UPDATE SKIP LOCKED`, l.CampaignKey, l.Processor, max)); err != nil {
+		return nil, "", err
 	}
 	_, err = tx.Exec(ctx, `
 		UPDATE deliveries SET state = 'leased', attempts = attempts + 1, lease = $4
-		WHERE campaign = $1 AND url_id = ANY($3) AND processor = $2`, campaignKey, processor, ids, lease)
-	return ids, err
+		WHERE campaign = $1 AND url_id = ANY($3) AND processor = $2`, l.CampaignKey, l.Processor, ids, l.ID)
+	return ids, "", err
+}
+
+// holdDeliveries leases as leaseDeliveryIDs does for a held lease: the
+// pages' deliveries rows go, and the batch's row keeps their ids.
+func holdDeliveries(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids []int64, token string, err error) {
+	err = tx.QueryRow(ctx, `SELECT token, ids FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease = $3`,
+		l.CampaignKey, l.Processor, l.ID).Scan(&token, &ids)
+	if err == nil || !errors.Is(err, pgx.ErrNoRows) {
+		return ids, token, err
+	}
+	if ids, err = collectIDs(tx.Query(ctx, `
+		WITH taken AS MATERIALIZED ( -- once: rescanned, it would take more
+			SELECT url_id FROM deliveries
+			WHERE campaign = $1 AND processor = $2 AND state = 'pending'
+			ORDER BY url_id LIMIT $3
+			FOR UPDATE SKIP LOCKED
+		)
+		DELETE FROM deliveries d USING taken t
+		WHERE d.campaign = $1 AND d.processor = $2 AND d.url_id = t.url_id
+		RETURNING d.url_id`, l.CampaignKey, l.Processor, max)); err != nil || len(ids) == 0 {
+		return nil, "", err
+	}
+	slices.Sort(ids)
+	if token, err = randomToken(); err != nil {
+		return nil, "", err
+	}
+	_, err = tx.Exec(ctx, `
+		INSERT INTO delivery_batches (token, campaign, campaign_id, processor, lease, ids) VALUES ($1, $2, $3, $4, $5, $6)`,
+		token, l.CampaignKey, l.CampaignID, l.Processor, l.ID, ids)
+	return ids, token, err
 }
 
 // leasedPages reads the pages of ids as processors get them, in id
 // order: a body up to inline bytes comes with its page while the bodies
 // so far stay within batchBytes; any other goes by its token.
 func leasedPages(ctx context.Context, tx pgx.Tx, campaignKey int64, ids []int64, inline, batchBytes int64) ([]LeasedPage, error) {
+	// page_bodies alone (see migration 0014): the frontier only for a body
+	// kept before it carried URL and depth.
 	rows, err := tx.Query(ctx, `
-		SELECT f.id, f.url, f.depth, b.final_url, b.status, b.headers, coalesce(b.content_type, ''), b.fetched_at,
+		SELECT b.url_id, coalesce(b.url, (SELECT url FROM frontier WHERE id = b.url_id)),
+		       coalesce(b.depth, (SELECT depth FROM frontier WHERE id = b.url_id)),
+		       b.final_url, b.status, b.headers, coalesce(b.content_type, ''), b.fetched_at,
 		       length(b.body), CASE WHEN length(b.body) <= $3 THEN b.body END, b.token, b.sha256
-		FROM frontier f JOIN page_bodies b ON b.url_id = f.id
-		WHERE f.id = ANY($2) AND f.campaign = $1
-		ORDER BY f.id`, campaignKey, ids, inline)
+		FROM page_bodies b
+		WHERE b.url_id = ANY($2) AND b.campaign = $1
+		ORDER BY b.url_id`, campaignKey, ids, inline)
 	if err != nil {
 		return nil, err
 	}
@@ -324,66 +396,42 @@ type Processed struct {
 	Error string
 }
 
-// StoreProcessed records a processor's results for pages it leased: items
-// replace any the page had from this processor (a retried batch never
-// adds twice), and each page's delivery ends done, or failed with its
-// error. A page whose delivery is no longer leased (recorded already) is
-// left alone. Bodies no delivery waits for any more are dropped.
-func (s *Store) StoreProcessed(ctx context.Context, campaignKey int64, processor string, results []Processed) (stored int, err error) {
-	err = s.retryTx(ctx, func(tx pgx.Tx) error {
-		stored = 0
-		var (
-			dIDs, iIDs     []int64
-			dItems, dLinks []int32
-			iSeq           []int32
-			dStates, iItem []string
-			dErrs          []*string
-		)
-		once := make(map[int64]bool, len(results)) // a page twice in one result counts once
-		var firsts []int                           // indexes in results of each page's first entry
-		for i, r := range results {
-			if once[r.ID] {
-				continue
-			}
+// StoreProcessed records a processor's results for pages it leased under
+// l: items replace any the page had from this processor (a retried batch
+// never adds twice), and each page's delivery ends done, or failed with
+// its error. A page the lease no longer holds (recorded already, or
+// returned to pending by a later run) is left alone. Bodies no delivery
+// waits for any more are dropped.
+func (s *Store) StoreProcessed(ctx context.Context, l Lease, results []Processed) (stored int, err error) {
+	var firsts []Processed // each page's first entry: a page twice in one result counts once
+	once := make(map[int64]bool, len(results))
+	for _, r := range results {
+		if !once[r.ID] {
 			once[r.ID] = true
-			firsts = append(firsts, i)
-			state := DeliveryDone
-			if r.Error != "" {
-				state = DeliveryFailed
-				dErrs = append(dErrs, &results[i].Error)
-			} else {
-				dErrs = append(dErrs, nil)
-			}
-			dIDs = append(dIDs, r.ID)
-			dStates = append(dStates, state)
-			dItems = append(dItems, int32(len(r.Items)))
-			dLinks = append(dLinks, int32(r.Links))
+			firsts = append(firsts, r)
 		}
-		// Only deliveries still leased are recorded; the update locks them,
-		// so a store of the same batch beside this one waits, then finds
-		// them recorded.
-		rows, err := tx.Query(ctx, `
-			UPDATE deliveries d SET state = r.state, error = r.err, items = CASE WHEN r.state = 'done' THEN r.items ELSE 0 END,
-			       links = r.links, done_at = now()
-			FROM unnest($3::bigint[], $4::text[], $5::text[], $6::int[], $7::int[]) AS r(id, state, err, items, links)
-			WHERE d.campaign = $1 AND d.processor = $2 AND d.url_id = r.id AND d.state = 'leased'
-			RETURNING d.url_id`,
-			campaignKey, processor, dIDs, dStates, dErrs, dItems, dLinks)
+	}
+	err = s.retryTx(ctx, func(tx pgx.Tx) error {
+		var held map[int64]bool
+		var err error
+		if l.Held {
+			held, err = recordHeld(ctx, tx, l, firsts)
+		} else {
+			held, err = recordLeased(ctx, tx, l, firsts)
+		}
 		if err != nil {
-			return err
-		}
-		held := map[int64]bool{}
-		var id int64
-		if _, err := pgx.ForEachRow(rows, []any{&id}, func() error { held[id] = true; return nil }); err != nil {
 			return err
 		}
 		stored = len(held)
 		if stored == 0 {
 			return nil
 		}
-		var recorded []int64
-		for _, i := range firsts {
-			r := results[i]
+		var (
+			recorded, iIDs []int64
+			iSeq           []int32
+			iItem          []string
+		)
+		for _, r := range firsts {
 			if !held[r.ID] {
 				continue
 			}
@@ -401,28 +449,121 @@ func (s *Store) StoreProcessed(ctx context.Context, campaignKey int64, processor
 			// retry-failed), never add to them.
 			if _, err := tx.Exec(ctx, `
 				DELETE FROM items WHERE campaign = $1 AND processor = $2 AND url_id = ANY($3)`,
-				campaignKey, processor, iIDs); err != nil {
+				l.CampaignKey, l.Processor, iIDs); err != nil {
 				return err
 			}
 			if _, err := tx.Exec(ctx, `
 				INSERT INTO items (campaign, processor, url_id, seq, item)
 				SELECT $1, $2, i.id, i.seq, i.item::jsonb
 				FROM unnest($3::bigint[], $4::int[], $5::text[]) AS i(id, seq, item)`,
-				campaignKey, processor, iIDs, iSeq, iItem); err != nil {
+				l.CampaignKey, l.Processor, iIDs, iSeq, iItem); err != nil {
 				return fmt.Errorf("items: %w", err)
 			}
 		}
+		// A body goes once no delivery of its page waits: none pending or
+		// leased, none held by a batch (of another processor).
 		_, err = tx.Exec(ctx, `
 			DELETE FROM page_bodies b USING unnest($2::bigint[]) AS x(id)
-			WHERE b.url_id = x.id AND NOT EXISTS (
-				SELECT 1 FROM deliveries d WHERE d.campaign = $1 AND d.url_id = b.url_id AND d.state IN ('pending', 'leased'))`,
-			campaignKey, recorded)
+			WHERE b.url_id = x.id
+			  AND NOT EXISTS (
+				SELECT 1 FROM deliveries d WHERE d.campaign = $1 AND d.url_id = b.url_id AND d.state IN ('pending', 'leased'))
+			  AND x.id NOT IN (SELECT unnest(ids) FROM delivery_batches WHERE campaign = $1 AND ids IS NOT NULL)`,
+			l.CampaignKey, recorded)
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("store results of processor %s for campaign %d: %w", processor, campaignKey, err)
+		return 0, fmt.Errorf("store results of processor %s for campaign %d: %w", l.Processor, l.CampaignKey, err)
 	}
 	return stored, nil
+}
+
+// outcomeColumns are the delivery outcomes of results, as columns.
+func outcomeColumns(results []Processed) (ids []int64, states []string, errs []*string, items, links []int32) {
+	for i, r := range results {
+		state, e := DeliveryDone, (*string)(nil)
+		if r.Error != "" {
+			state, e = DeliveryFailed, &results[i].Error
+		}
+		ids = append(ids, r.ID)
+		states = append(states, state)
+		errs = append(errs, e)
+		items = append(items, int32(len(r.Items)))
+		links = append(links, int32(r.Links))
+	}
+	return ids, states, errs, items, links
+}
+
+// recordLeased records the outcomes of pages whose deliveries a lease
+// marked leased, and says which it held. Only deliveries still leased are
+// recorded; the update locks them, so a store of the same batch beside
+// this one waits, then finds them recorded.
+func recordLeased(ctx context.Context, tx pgx.Tx, l Lease, results []Processed) (map[int64]bool, error) {
+	ids, states, errs, items, links := outcomeColumns(results)
+	rows, err := tx.Query(ctx, `
+		UPDATE deliveries d SET state = r.state, error = r.err, items = CASE WHEN r.state = 'done' THEN r.items ELSE 0 END,
+		       links = r.links, done_at = now()
+		FROM unnest($3::bigint[], $4::text[], $5::text[], $6::int[], $7::int[]) AS r(id, state, err, items, links)
+		WHERE d.campaign = $1 AND d.processor = $2 AND d.url_id = r.id AND d.state = 'leased'
+		RETURNING d.url_id`,
+		l.CampaignKey, l.Processor, ids, states, errs, items, links)
+	if err != nil {
+		return nil, err
+	}
+	held := map[int64]bool{}
+	var id int64
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { held[id] = true; return nil })
+	return held, err
+}
+
+// recordHeld records the outcomes of pages a held lease holds, and says
+// which it held: the batch's row goes (a store of the same batch beside
+// this one waits on it, then finds nothing), a failed page's delivery is
+// kept failed with its error, and the done pages are counted in
+// processed_batches.
+func recordHeld(ctx context.Context, tx pgx.Tx, l Lease, results []Processed) (map[int64]bool, error) {
+	var holds []int64
+	err := tx.QueryRow(ctx, `
+		DELETE FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease = $3 RETURNING ids`,
+		l.CampaignKey, l.Processor, l.ID).Scan(&holds)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	held := make(map[int64]bool, len(holds))
+	for _, id := range holds {
+		held[id] = true
+	}
+	var mine []Processed
+	var done, items int64
+	for _, r := range results {
+		if held[r.ID] {
+			mine = append(mine, r)
+			if r.Error == "" {
+				done++
+				items += int64(len(r.Items))
+			}
+		}
+	}
+	ids, states, errs, _, links := outcomeColumns(mine)
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO deliveries AS d (campaign, processor, url_id, state, attempts, error, links, done_at)
+		SELECT $1, $2, r.id, 'failed', 1, r.err, r.links, now()
+		FROM unnest($3::bigint[], $4::text[], $5::text[], $6::int[]) AS r(id, state, err, links)
+		WHERE r.state = 'failed'
+		ON CONFLICT (campaign, url_id, processor) DO UPDATE SET state = 'failed', error = excluded.error, done_at = now()`,
+		l.CampaignKey, l.Processor, ids, states, errs, links); err != nil {
+		return nil, err
+	}
+	if done > 0 {
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO processed_batches (campaign, processor, pages, items) VALUES ($1, $2, $3, $4)`,
+			l.CampaignKey, l.Processor, done, items); err != nil {
+			return nil, err
+		}
+	}
+	return held, nil
 }
 
 // DeliveryPages gives the pages leased to a processor as links are made
@@ -460,10 +601,17 @@ type ProcessorCounts struct {
 
 // ProcessorStatus counts each processor's deliveries of a campaign.
 func (s *Store) ProcessorStatus(ctx context.Context, campaignKey int64) (map[string]ProcessorCounts, error) {
+	// Pages held by batches count as leased, and the done pages of
+	// batches that held theirs (see recordHeld) as done.
 	rows, err := s.pool.Query(ctx, `
 		SELECT processor, state, count(*), coalesce(sum(items), 0),
 		       (array_agg(error ORDER BY done_at DESC) FILTER (WHERE error IS NOT NULL))[1]
-		FROM deliveries WHERE campaign = $1 GROUP BY processor, state`, campaignKey)
+		FROM deliveries WHERE campaign = $1 GROUP BY processor, state
+		UNION ALL
+		SELECT processor, 'leased', sum(cardinality(ids)), 0, NULL
+		FROM delivery_batches WHERE campaign = $1 AND ids IS NOT NULL GROUP BY processor
+		UNION ALL
+		SELECT processor, 'done', sum(pages), sum(items), NULL FROM processed_batches WHERE campaign = $1 GROUP BY processor`, campaignKey)
 	if err != nil {
 		return nil, fmt.Errorf("processor status of campaign %d: %w", campaignKey, err)
 	}
@@ -481,13 +629,14 @@ func (s *Store) ProcessorStatus(ctx context.Context, campaignKey int64) (map[str
 		c := out[name]
 		switch state {
 		case DeliveryPending:
-			c.Pending = n
+			c.Pending += n
 		case DeliveryLeased:
-			c.Leased = n
+			c.Leased += n
 		case DeliveryDone:
-			c.Processed, c.Items = n, items
+			c.Processed += n
+			c.Items += items
 		case DeliveryFailed:
-			c.Failed = n
+			c.Failed += n
 			if lastErr != nil {
 				c.LastError = *lastErr
 			}

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -15,6 +16,20 @@ import (
 // pending what earlier runs held (their batches may never come back),
 // and never what batches of its own run hold, which run beside it.
 func TestResetReleasesOnlyOtherRunsLeases(t *testing.T) {
+	for _, held := range []bool{false, true} {
+		t.Run(leaseKind(held), func(t *testing.T) { testResetReleasesOnlyOtherRunsLeases(t, held) })
+	}
+}
+
+// leaseKind names the two ways a lease holds its pages (see store.Lease).
+func leaseKind(held bool) string {
+	if held {
+		return "held by the batch"
+	}
+	return "marked leased"
+}
+
+func testResetReleasesOnlyOtherRunsLeases(t *testing.T, held bool) {
 	s := harness.OpenStore(t)
 	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 6)
 	if _, err := s.Pool().Exec(ctx, `
@@ -29,7 +44,8 @@ func TestResetReleasesOnlyOtherRunsLeases(t *testing.T) {
 	const oldRun, newRun = int64(7), int64(9)
 	lease := func(run, seq int64) []int64 {
 		t.Helper()
-		l, err := s.LeaseDeliveries(ctx, key, "p", run<<32|seq, 3, 1<<10, 1<<20, 100)
+		l, err := s.LeaseDeliveries(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: run<<32 | seq, Held: held},
+			3, 1<<10, 1<<20, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,6 +111,12 @@ func TestBodiesByTokens(t *testing.T) {
 // pages, each body by its own token, until the batch's outcome is stored
 // or a later run resets the lease.
 func TestBatchByReference(t *testing.T) {
+	for _, held := range []bool{false, true} {
+		t.Run(leaseKind(held), func(t *testing.T) { testBatchByReference(t, held) })
+	}
+}
+
+func testBatchByReference(t *testing.T, held bool) {
 	s := harness.OpenStore(t)
 	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 5)
 	if _, err := s.Pool().Exec(ctx, `
@@ -107,14 +129,17 @@ func TestBatchByReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	const run = int64(5)
-	first, err := s.LeaseBatch(ctx, key, "c", "p", run<<32|1, 3, 100)
+	lease := func(processor string, id int64) store.Lease {
+		return store.Lease{CampaignKey: key, CampaignID: "c", Processor: processor, ID: id, Held: held}
+	}
+	first, err := s.LeaseBatch(ctx, lease("p", run<<32|1), 3, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(first.IDs) != 3 || first.Token == "" || first.Waiting != 2 {
 		t.Fatalf("leased %+v: want 3 pages, a token, 2 waiting", first)
 	}
-	again, err := s.LeaseBatch(ctx, key, "c", "p", run<<32|1, 3, 100)
+	again, err := s.LeaseBatch(ctx, lease("p", run<<32|1), 3, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +158,7 @@ func TestBatchByReference(t *testing.T) {
 			t.Errorf("page %d: %+v: want page %d, its body by token only", i, p, first.IDs[i])
 		}
 	}
-	if _, err := s.StoreProcessed(ctx, key, "p", []store.Processed{{ID: first.IDs[0]}, {ID: first.IDs[1]}, {ID: first.IDs[2]}}); err != nil {
+	if _, err := s.StoreProcessed(ctx, lease("p", run<<32|1), []store.Processed{{ID: first.IDs[0]}, {ID: first.IDs[1]}, {ID: first.IDs[2]}}); err != nil {
 		t.Fatal(err)
 	}
 	// Stored, the batch serves nothing, even before its token is dropped.
@@ -155,7 +180,7 @@ func TestBatchByReference(t *testing.T) {
 		t.Errorf("a dropped batch is still named %d times", n)
 	}
 	// A batch of an ended run: the next run's reset drops its token.
-	orphan, err := s.LeaseBatch(ctx, key, "c", "p", (run+1)<<32|1, 3, 100)
+	orphan, err := s.LeaseBatch(ctx, lease("p", (run+1)<<32|1), 3, 100)
 	if err != nil || len(orphan.IDs) != 2 {
 		t.Fatalf("lease: %+v, %v: want the 2 pages left", orphan, err)
 	}
@@ -165,7 +190,74 @@ func TestBatchByReference(t *testing.T) {
 	if n := named(orphan.Token); n != 0 {
 		t.Errorf("a batch of an ended run is still named %d times after the next run's reset", n)
 	}
-	if empty, err := s.LeaseBatch(ctx, key, "c", "other", run<<32|1, 3, 100); err != nil || len(empty.IDs) != 0 || empty.Token != "" {
+	if empty, err := s.LeaseBatch(ctx, lease("other", run<<32|1), 3, 100); err != nil || len(empty.IDs) != 0 || empty.Token != "" {
 		t.Errorf("a lease of nothing: %+v, %v: want no pages and no token", empty, err)
+	}
+}
+
+// TestStoreProcessedRecordsOnce: a batch's outcome is recorded once,
+// whichever way its lease holds the pages: done pages count as processed
+// with their items, a failed one keeps its error, their bodies go, and
+// the same outcome stored again changes nothing.
+func TestStoreProcessedRecordsOnce(t *testing.T) {
+	for _, held := range []bool{false, true} {
+		t.Run(leaseKind(held), func(t *testing.T) { testStoreProcessedRecordsOnce(t, held) })
+	}
+}
+
+func testStoreProcessedRecordsOnce(t *testing.T, held bool) {
+	s := harness.OpenStore(t)
+	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 4)
+	if _, err := s.Pool().Exec(ctx, `
+		INSERT INTO page_bodies (url_id, campaign, final_url, status, headers, fetched_at, body, sha256, token)
+		SELECT id, campaign, url, 200, '{}', now(), 'x', '', 'tok' || id FROM frontier WHERE campaign = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `
+		INSERT INTO deliveries (campaign, processor, url_id) SELECT campaign, 'p', id FROM frontier WHERE campaign = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	l := store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: 3<<32 | 1, Held: held}
+	lease, err := s.LeaseDeliveries(ctx, l, 3, 1<<10, 1<<20, 100)
+	if err != nil || len(lease.Pages) != 3 {
+		t.Fatalf("lease: %d pages, %v: want 3", len(lease.Pages), err)
+	}
+	status := func() store.ProcessorCounts {
+		t.Helper()
+		st, err := s.ProcessorStatus(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st["p"]
+	}
+	if c := status(); c.Leased != 3 || c.Pending != 1 || c.Processed != 0 {
+		t.Errorf("while the batch is out: %+v, want 3 in flight and 1 pending", c)
+	}
+	ids := []int64{lease.Pages[0].ID, lease.Pages[1].ID, lease.Pages[2].ID}
+	results := []store.Processed{
+		{ID: ids[0], Items: []json.RawMessage{json.RawMessage(`{"a":1}`), json.RawMessage(`{"a":2}`)}},
+		{ID: ids[1], Error: "boom"},
+		{ID: ids[2]},
+	}
+	for i, want := range []int{3, 0} {
+		n, err := s.StoreProcessed(ctx, l, results)
+		if err != nil || n != want {
+			t.Errorf("store #%d: %d pages recorded, %v: want %d", i+1, n, err, want)
+		}
+	}
+	c := status()
+	if c.Processed != 2 || c.Failed != 1 || c.Items != 2 || c.Pending != 1 || c.Leased != 0 || c.LastError != "boom" {
+		t.Errorf("after the store: %+v, want 2 processed with 2 items, 1 failed (boom), 1 pending", c)
+	}
+	var bodies, items int
+	if err := s.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM page_bodies WHERE campaign = $1), (SELECT count(*) FROM items WHERE campaign = $1)`,
+		key).Scan(&bodies, &items); err != nil {
+		t.Fatal(err)
+	}
+	if bodies != 1 || items != 2 {
+		t.Errorf("%d bodies and %d items kept, want the pending page's body and 2 items", bodies, items)
+	}
+	if n, err := s.DeliveriesWaiting(ctx, key, "p", 10); err != nil || n != 1 {
+		t.Errorf("%d pages waiting, %v: want 1", n, err)
 	}
 }

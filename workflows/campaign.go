@@ -181,8 +181,9 @@ type dispatcher struct {
 	procs          []*processor
 	frontierLeases int64
 	leaseRun       int64
-	// batchesInRun: see processorsChange, version 3.
+	// batchesInRun and leaseHeld: see processorsChange, versions 3 and 4.
 	batchesInRun bool
+	leaseHeld    bool
 	// handOnSince: when continue-as-new began waiting for processor
 	// batches (see processorsHandedOn).
 	handOnSince time.Time

@@ -23,7 +23,10 @@ import (
 // Temporal server more than the batch (a no-op processor's crawl of
 // 60,000 pages started 84 children, with 156 workflow tasks of their own,
 // for 72 batches). When no node serves batches, such a batch goes to a
-// child as in version 2, its pages inline.
+// child as in version 2, its pages inline. From version 4 a batch holds
+// its pages itself (campaign.DeliveryLeaseRequest.Held): nodes built
+// before it cannot run such a history, so never store its outcome the
+// old way.
 const processorsChange = "processors"
 
 // handOnWait is how long continue-as-new waits for the processors'
@@ -69,14 +72,14 @@ func (d *dispatcher) setUpProcessors(carried []campaign.ProcessorStatus) {
 	if len(d.spec.Processors) == 0 {
 		return
 	}
-	switch v := workflow.GetVersion(d.ctx, processorsChange, workflow.DefaultVersion, 3); v {
+	switch v := workflow.GetVersion(d.ctx, processorsChange, workflow.DefaultVersion, 4); v {
 	case workflow.DefaultVersion:
 		return
 	case 1:
 		panic("this run delivers pages as an unreleased build did (processors version 1): " +
 			"cancel it and start the campaign again under its ID; its pages are kept")
 	default:
-		d.batchesInRun = v >= 3
+		d.batchesInRun, d.leaseHeld = v >= 3, v >= 4
 	}
 	// A lease's high bits name the run (see campaign.LeaseRun): a hash of
 	// its run ID, unique even when a campaign is started again under its ID.
@@ -167,7 +170,7 @@ func (d *dispatcher) startBatch(p *processor) {
 		Processor: p.spec,
 		Lease: campaign.DeliveryLeaseRequest{
 			CampaignKey: d.key, CampaignID: d.id, Processor: p.spec.Name, Reset: p.reset,
-			Lease: d.leaseRun<<32 | p.seq<<8,
+			Lease: d.leaseRun<<32 | p.seq<<8, Held: d.leaseHeld,
 		},
 	}
 	p.reset = false
@@ -310,7 +313,7 @@ func ProcessBatch(ctx workflow.Context, req campaign.ProcessBatchRequest) (campa
 		if len(lease.IDs) == 0 {
 			return res, nil
 		}
-		if err := processLease(ctx, local, req, lease, &res); err != nil {
+		if err := processLease(ctx, local, req.Processor, lr, lease, &res); err != nil {
 			return res, err
 		}
 		if len(lease.IDs) < req.Processor.BatchSize || lease.Waiting < req.Processor.BatchSize ||
@@ -323,8 +326,8 @@ func ProcessBatch(ctx workflow.Context, req campaign.ProcessBatchRequest) (campa
 
 // processLease sends one leased batch to the processor and stores the
 // outcome.
-func processLease(ctx, local workflow.Context, req campaign.ProcessBatchRequest, lease campaign.DeliveryLease, res *campaign.ProcessBatchResult) error {
-	p, r := req.Processor, req.Processor.Retry
+func processLease(ctx, local workflow.Context, p campaign.Processor, lr campaign.DeliveryLeaseRequest, lease campaign.DeliveryLease, res *campaign.ProcessBatchResult) error {
+	r := p.Retry
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           p.TaskQueue,
 		StartToCloseTimeout: p.Timeout.D(),
@@ -341,7 +344,8 @@ func processLease(ctx, local workflow.Context, req campaign.ProcessBatchRequest,
 		return err // the campaign is being cancelled: the pages stay leased
 	}
 	store := campaign.StoreProcessedRequest{
-		CampaignKey: req.Lease.CampaignKey, CampaignID: req.Lease.CampaignID, Processor: p.Name, IDs: lease.IDs,
+		CampaignKey: lr.CampaignKey, CampaignID: lr.CampaignID, Processor: p.Name, IDs: lease.IDs,
+		Lease: lr.Lease, Held: lr.Held,
 	}
 	if b := lease.Request.Batch; b != nil {
 		store.Batch = b.Token
