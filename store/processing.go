@@ -310,6 +310,11 @@ func leaseDeliveryIDs(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids []i
 
 // holdDeliveries leases as leaseDeliveryIDs does for a held lease: the
 // pages' deliveries rows go, and the batch's row keeps their ids.
+//
+// The pages to take are an array, found once: as a subquery joined to
+// the delete, they were taken again at each rescan (a lease of 3 took
+// all 6), and as a CTE the planner hashed the whole table to join them
+// (1.2 s for 120 leases of 500, against 0.45 s so).
 func holdDeliveries(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids []int64, token string, err error) {
 	err = tx.QueryRow(ctx, `SELECT token, ids FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease = $3`,
 		l.CampaignKey, l.Processor, l.ID).Scan(&token, &ids)
@@ -317,15 +322,13 @@ func holdDeliveries(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids []int
 		return ids, token, err
 	}
 	if ids, err = collectIDs(tx.Query(ctx, `
-		WITH taken AS MATERIALIZED ( -- once: rescanned, it would take more
+		DELETE FROM deliveries
+		WHERE campaign = $1 AND processor = $2 AND state = 'pending' AND url_id = ANY(ARRAY(
 			SELECT url_id FROM deliveries
 			WHERE campaign = $1 AND processor = $2 AND state = 'pending'
 			ORDER BY url_id LIMIT $3
-			FOR UPDATE SKIP LOCKED
-		)
-		DELETE FROM deliveries d USING taken t
-		WHERE d.campaign = $1 AND d.processor = $2 AND d.url_id = t.url_id
-		RETURNING d.url_id`, l.CampaignKey, l.Processor, max)); err != nil || len(ids) == 0 {
+			FOR UPDATE SKIP LOCKED))
+		RETURNING url_id`, l.CampaignKey, l.Processor, max)); err != nil || len(ids) == 0 {
 		return nil, "", err
 	}
 	slices.Sort(ids)
