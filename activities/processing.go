@@ -26,6 +26,10 @@ const (
 	BatchPath = "/v1/batches/"
 )
 
+// BatchBodyBytes bounds the bodies a batch served with ?bodies=inline
+// carries inside its pages (see BatchHandler).
+const BatchBodyBytes = 8 << 20
+
 // LeaseDeliveries leases the next batch of pages for a processor and
 // builds the request its activity gets: bodies inline up to the
 // processor's limit, by reference above it, or all by reference when the
@@ -288,7 +292,11 @@ func (c *Control) processorLinks(ctx context.Context, req campaign.StoreProcesse
 // BatchHandler serves the batches processors get by reference, from
 // Postgres, so any live node serves any batch: GET BatchPath + token
 // answers with the batch's request as JSON, its pages filled in and
-// every body by reference (see campaign.ProcessRequest.Batch).
+// every body by reference (see campaign.ProcessRequest.Batch). With
+// ?bodies=inline, bodies up to campaign.MaxInlineBodyLimit come inside
+// their pages while the batch's stay within BatchBodyBytes, so one read
+// of Postgres and one request get them; the others still go by
+// reference.
 func BatchHandler(st *store.Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token := strings.TrimPrefix(r.URL.Path, BatchPath)
@@ -296,7 +304,11 @@ func BatchHandler(st *store.Store) http.Handler {
 			http.Error(w, "want GET "+BatchPath+"<token of a batch reference>", http.StatusBadRequest)
 			return
 		}
-		b, err := st.BatchByToken(r.Context(), token)
+		var inline, budget int64
+		if r.URL.Query().Get("bodies") == "inline" {
+			inline, budget = campaign.MaxInlineBodyLimit, BatchBodyBytes
+		}
+		b, err := st.BatchByToken(r.Context(), token, inline, budget)
 		switch {
 		case errors.Is(err, store.ErrNoBatch):
 			http.Error(w, err.Error(), http.StatusNotFound)

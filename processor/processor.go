@@ -379,9 +379,12 @@ func (p *Processor) fetchBatch(ctx context.Context, ref *campaign.BatchRef) (cam
 	return campaign.ProcessRequest{}, fmt.Errorf("batch %s by reference: %w", ref.Token, errors.Join(errs...))
 }
 
+// getBatch gets a batch from one node, asking for its bodies inside its
+// pages: a node gives the ones that fit (see activities.BatchHandler),
+// and one that does not know the query gives them all by reference.
 func (p *Processor) getBatch(ctx context.Context, u string) (campaign.ProcessRequest, error) {
 	var out campaign.ProcessRequest
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"?bodies=inline", nil)
 	if err != nil {
 		return out, err
 	}

@@ -245,8 +245,10 @@ type Batch struct {
 	Pages       []LeasedPage
 }
 
-// BatchByToken reads the batch a token names (see LeaseBatch).
-func (s *Store) BatchByToken(ctx context.Context, token string) (Batch, error) {
+// BatchByToken reads the batch a token names (see LeaseBatch). Bodies
+// come with their pages as LeaseDeliveries sends them: each up to inline
+// bytes while the batch's stay within batchBytes, any other by its token.
+func (s *Store) BatchByToken(ctx context.Context, token string, inline, batchBytes int64) (Batch, error) {
 	var b Batch
 	err := s.retryTx(ctx, func(tx pgx.Tx) error {
 		var lease int64
@@ -267,7 +269,7 @@ func (s *Store) BatchByToken(ctx context.Context, token string) (Batch, error) {
 		if len(ids) == 0 {
 			return ErrNoBatch
 		}
-		b.Pages, err = leasedPages(ctx, tx, b.CampaignKey, ids, 0, 0)
+		b.Pages, err = leasedPages(ctx, tx, b.CampaignKey, ids, inline, batchBytes)
 		return err
 	})
 	if err != nil && !errors.Is(err, ErrNoBatch) {

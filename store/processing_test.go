@@ -146,7 +146,7 @@ func testBatchByReference(t *testing.T, held bool) {
 	if again.Token != first.Token || fmt.Sprint(again.IDs) != fmt.Sprint(first.IDs) {
 		t.Errorf("the lease asked again gave %+v, want %+v", again, first)
 	}
-	b, err := s.BatchByToken(ctx, first.Token)
+	b, err := s.BatchByToken(ctx, first.Token, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,11 +158,21 @@ func testBatchByReference(t *testing.T, held bool) {
 			t.Errorf("page %d: %+v: want page %d, its body by token only", i, p, first.IDs[i])
 		}
 	}
+	// Asked with room for bodies, the batch carries them in its pages.
+	inline, err := s.BatchByToken(ctx, first.Token, 1<<10, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range inline.Pages {
+		if string(p.Body) != "body" {
+			t.Errorf("page %d asked with its body inline: body %q, want %q", i, p.Body, "body")
+		}
+	}
 	if _, err := s.StoreProcessed(ctx, lease("p", run<<32|1), []store.Processed{{ID: first.IDs[0]}, {ID: first.IDs[1]}, {ID: first.IDs[2]}}); err != nil {
 		t.Fatal(err)
 	}
 	// Stored, the batch serves nothing, even before its token is dropped.
-	if _, err := s.BatchByToken(ctx, first.Token); !errors.Is(err, store.ErrNoBatch) {
+	if _, err := s.BatchByToken(ctx, first.Token, 0, 0); !errors.Is(err, store.ErrNoBatch) {
 		t.Errorf("a stored batch's token gave %v, want ErrNoBatch", err)
 	}
 	named := func(token string) int {
