@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -15,10 +16,14 @@ import (
 const envStatementStats = "BENCH_PG_STATS"
 
 func statementStatsSettings() []string {
-	if os.Getenv(envStatementStats) == "" {
-		return nil
+	var out []string
+	if extra := os.Getenv("BENCH_PG_SETTINGS"); extra != "" { // name=value,...: an experiment's server settings
+		out = strings.Split(extra, ",")
 	}
-	return []string{"shared_preload_libraries=pg_stat_statements"}
+	if os.Getenv(envStatementStats) == "" {
+		return out
+	}
+	return append(out, "shared_preload_libraries=pg_stat_statements")
 }
 
 func printStatementStats(st *stack) {
