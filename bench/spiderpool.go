@@ -14,6 +14,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -286,6 +287,7 @@ func (s *stack) crawl(seed string, maxDepth int, noop bool) (spiderpoolResult, e
 	}
 	if os.Getenv("BENCH_EVENTS") != "" {
 		printEventTypes(ctx, r.client, id)
+		printLastEvents(ctx, r.client, id, start)
 	}
 	lengths, err := runHistories(ctx, r.client, id, sum.Runs)
 	res.MaxHistoryEvents = slices.Max(append(lengths, 0))
@@ -370,5 +372,42 @@ func printTail(ctx context.Context, db string, start time.Time, elapsed time.Dur
 	var last time.Time
 	if conn.QueryRow(ctx, `SELECT max(fetched_at) FROM pages`).Scan(&last) == nil {
 		fmt.Printf("        last page fetched at %.1f s, campaign completed at %.1f s\n", last.Sub(start).Seconds(), elapsed.Seconds())
+	}
+}
+
+// printLastEvents prints, under BENCH_EVENTS=1, the campaign's last run's
+// events of its last 5 seconds, with their times from start: what the
+// run waited on once fetching was over.
+func printLastEvents(ctx context.Context, c client.Client, id string, start time.Time) {
+	var events []*historypb.HistoryEvent
+	it := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: history:", err)
+			return
+		}
+		events = append(events, e)
+	}
+	if len(events) == 0 {
+		return
+	}
+	end := events[len(events)-1].GetEventTime().AsTime()
+	for _, e := range events {
+		at := e.GetEventTime().AsTime()
+		if end.Sub(at) > 5*time.Second {
+			continue
+		}
+		what := ""
+		if a := e.GetMarkerRecordedEventAttributes(); a != nil {
+			what = a.GetMarkerName()
+		}
+		if a := e.GetActivityTaskScheduledEventAttributes(); a != nil {
+			what = a.GetActivityType().GetName()
+		}
+		if a := e.GetTimerStartedEventAttributes(); a != nil {
+			what = a.GetStartToFireTimeout().AsDuration().String()
+		}
+		fmt.Printf("        %7.3f s %s %s\n", at.Sub(start).Seconds(), e.GetEventType(), what)
 	}
 }
