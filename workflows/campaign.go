@@ -181,9 +181,11 @@ type dispatcher struct {
 	procs          []*processor
 	frontierLeases int64
 	leaseRun       int64
-	// batchesInRun and leaseHeld: see processorsChange, versions 3 and 4.
+	// batchesInRun, leaseHeld and lingerToEnd: see processorsChange,
+	// versions 3 to 5.
 	batchesInRun bool
 	leaseHeld    bool
+	lingerToEnd  bool
 	// handOnSince: when continue-as-new began waiting for processor
 	// batches (see processorsHandedOn).
 	handOnSince time.Time

@@ -26,7 +26,11 @@ import (
 // child as in version 2, its pages inline. From version 4 a batch holds
 // its pages itself (campaign.DeliveryLeaseRequest.Held): nodes built
 // before it cannot run such a history, so never store its outcome the
-// old way.
+// old way. From version 5 a processor that has caught up lingers only
+// while the frontier has URLs waiting: once the crawl's last URLs are out,
+// only a few pages are still to come, and lingering held each campaign's
+// end back by a second or two (the dev server fires a 1 s timer up to a
+// second late).
 const processorsChange = "processors"
 
 // handOnWait is how long continue-as-new waits for the processors'
@@ -72,14 +76,14 @@ func (d *dispatcher) setUpProcessors(carried []campaign.ProcessorStatus) {
 	if len(d.spec.Processors) == 0 {
 		return
 	}
-	switch v := workflow.GetVersion(d.ctx, processorsChange, workflow.DefaultVersion, 4); v {
+	switch v := workflow.GetVersion(d.ctx, processorsChange, workflow.DefaultVersion, 5); v {
 	case workflow.DefaultVersion:
 		return
 	case 1:
 		panic("this run delivers pages as an unreleased build did (processors version 1): " +
 			"cancel it and start the campaign again under its ID; its pages are kept")
 	default:
-		d.batchesInRun, d.leaseHeld = v >= 3, v >= 4
+		d.batchesInRun, d.leaseHeld, d.lingerToEnd = v >= 3, v >= 4, v < 5
 	}
 	// A lease's high bits name the run (see campaign.LeaseRun): a hash of
 	// its run ID, unique even when a campaign is started again under its ID.
@@ -221,9 +225,10 @@ func (d *dispatcher) startBatch(p *processor) {
 			// again shortly.
 			p.coolUntil = workflow.Now(d.ctx).Add(time.Second)
 			d.wakeAt(time.Second)
-		case res.Waiting < p.spec.BatchSize:
+		case res.Waiting < p.spec.BatchSize && (d.lingerToEnd || d.lastLease.Pending > 0):
 			// The processor has caught up with the crawl: the next batch
-			// waits a little to fill (unless the crawl is done).
+			// waits a little to fill (unless the crawl is done, or its last
+			// URLs are out).
 			p.lingerUntil = workflow.Now(d.ctx).Add(processorLinger)
 			d.wakeAt(processorLinger)
 		}
