@@ -16,31 +16,35 @@ import (
 // pending what earlier runs held (their batches may never come back),
 // and never what batches of its own run hold, which run beside it.
 func TestResetReleasesOnlyOtherRunsLeases(t *testing.T) {
-	for _, held := range []bool{false, true} {
-		t.Run(leaseKind(held), func(t *testing.T) { testResetReleasesOnlyOtherRunsLeases(t, held) })
-	}
+	bothLeaseKinds(t, testResetReleasesOnlyOtherRunsLeases)
 }
 
-// leaseKind names the two ways a lease holds its pages (see store.Lease).
-func leaseKind(held bool) string {
-	if held {
-		return "held by the batch"
-	}
-	return "marked leased"
+// bothLeaseKinds runs test with each way a lease holds its pages (see
+// store.Lease): marking them leased, and held by the batch.
+func bothLeaseKinds(t *testing.T, test func(t *testing.T, held bool)) {
+	t.Run("marked leased", func(t *testing.T) { test(t, false) })
+	t.Run("held by the batch", func(t *testing.T) { test(t, true) })
 }
 
-func testResetReleasesOnlyOtherRunsLeases(t *testing.T, held bool) {
-	s := harness.OpenStore(t)
-	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 6)
+// queueForProcessor keeps a body for each page of a campaign (body
+// "body", header Etag x, token tok<id>) and queues it for processor p.
+func queueForProcessor(t *testing.T, s *store.Store, key int64) {
+	t.Helper()
 	if _, err := s.Pool().Exec(ctx, `
 		INSERT INTO page_bodies (url_id, campaign, final_url, status, headers, fetched_at, body, sha256, token)
-		SELECT id, campaign, url, 200, '{}', now(), 'x', '', 'tok' || id FROM frontier WHERE campaign = $1`, key); err != nil {
+		SELECT id, campaign, url, 200, '{"Etag":["x"]}', now(), 'body', 'sum' || id, 'tok' || id FROM frontier WHERE campaign = $1`, key); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Pool().Exec(ctx, `
 		INSERT INTO deliveries (campaign, processor, url_id) SELECT campaign, 'p', id FROM frontier WHERE campaign = $1`, key); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func testResetReleasesOnlyOtherRunsLeases(t *testing.T, held bool) {
+	s := harness.OpenStore(t)
+	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 6)
+	queueForProcessor(t, s, key)
 	const oldRun, newRun = int64(7), int64(9)
 	lease := func(run, seq int64) []int64 {
 		t.Helper()
@@ -111,23 +115,13 @@ func TestBodiesByTokens(t *testing.T) {
 // pages, each body by its own token, until the batch's outcome is stored
 // or a later run resets the lease.
 func TestBatchByReference(t *testing.T) {
-	for _, held := range []bool{false, true} {
-		t.Run(leaseKind(held), func(t *testing.T) { testBatchByReference(t, held) })
-	}
+	bothLeaseKinds(t, testBatchByReference)
 }
 
 func testBatchByReference(t *testing.T, held bool) {
 	s := harness.OpenStore(t)
 	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 5)
-	if _, err := s.Pool().Exec(ctx, `
-		INSERT INTO page_bodies (url_id, campaign, final_url, status, headers, fetched_at, body, sha256, token)
-		SELECT id, campaign, url, 200, '{"Etag":["x"]}', now(), 'body', 'sum' || id, 'tok' || id FROM frontier WHERE campaign = $1`, key); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Pool().Exec(ctx, `
-		INSERT INTO deliveries (campaign, processor, url_id) SELECT campaign, 'p', id FROM frontier WHERE campaign = $1`, key); err != nil {
-		t.Fatal(err)
-	}
+	queueForProcessor(t, s, key)
 	const run = int64(5)
 	lease := func(processor string, id int64) store.Lease {
 		return store.Lease{CampaignKey: key, CampaignID: "c", Processor: processor, ID: id, Held: held}
@@ -210,23 +204,13 @@ func testBatchByReference(t *testing.T, held bool) {
 // with their items, a failed one keeps its error, their bodies go, and
 // the same outcome stored again changes nothing.
 func TestStoreProcessedRecordsOnce(t *testing.T) {
-	for _, held := range []bool{false, true} {
-		t.Run(leaseKind(held), func(t *testing.T) { testStoreProcessedRecordsOnce(t, held) })
-	}
+	bothLeaseKinds(t, testStoreProcessedRecordsOnce)
 }
 
 func testStoreProcessedRecordsOnce(t *testing.T, held bool) {
 	s := harness.OpenStore(t)
 	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 4)
-	if _, err := s.Pool().Exec(ctx, `
-		INSERT INTO page_bodies (url_id, campaign, final_url, status, headers, fetched_at, body, sha256, token)
-		SELECT id, campaign, url, 200, '{}', now(), 'x', '', 'tok' || id FROM frontier WHERE campaign = $1`, key); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Pool().Exec(ctx, `
-		INSERT INTO deliveries (campaign, processor, url_id) SELECT campaign, 'p', id FROM frontier WHERE campaign = $1`, key); err != nil {
-		t.Fatal(err)
-	}
+	queueForProcessor(t, s, key)
 	l := store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: 3<<32 | 1, Held: held}
 	lease, err := s.LeaseDeliveries(ctx, l, 3, 1<<10, 1<<20, 100)
 	if err != nil || len(lease.Pages) != 3 {
