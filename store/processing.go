@@ -320,7 +320,7 @@ func leaseDeliveryIDs(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids []i
 func holdDeliveries(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids []int64, token string, err error) {
 	err = tx.QueryRow(ctx, `SELECT token, ids FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease = $3`,
 		l.CampaignKey, l.Processor, l.ID).Scan(&token, &ids)
-	if err == nil || !errors.Is(err, pgx.ErrNoRows) {
+	if !errors.Is(err, pgx.ErrNoRows) { // found (a retried lease), or failed
 		return ids, token, err
 	}
 	if ids, err = collectIDs(tx.Query(ctx, `
@@ -540,26 +540,28 @@ func recordHeld(ctx context.Context, tx pgx.Tx, l Lease, results []Processed) (m
 	for _, id := range holds {
 		held[id] = true
 	}
-	var mine []Processed
+	var failed []Processed
 	var done, items int64
 	for _, r := range results {
-		if held[r.ID] {
-			mine = append(mine, r)
-			if r.Error == "" {
-				done++
-				items += int64(len(r.Items))
-			}
+		switch {
+		case !held[r.ID]:
+		case r.Error != "":
+			failed = append(failed, r)
+		default:
+			done++
+			items += int64(len(r.Items))
 		}
 	}
-	ids, states, errs, _, links := outcomeColumns(mine)
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO deliveries AS d (campaign, processor, url_id, state, attempts, error, links, done_at)
-		SELECT $1, $2, r.id, 'failed', 1, r.err, r.links, now()
-		FROM unnest($3::bigint[], $4::text[], $5::text[], $6::int[]) AS r(id, state, err, links)
-		WHERE r.state = 'failed'
-		ON CONFLICT (campaign, url_id, processor) DO UPDATE SET state = 'failed', error = excluded.error, done_at = now()`,
-		l.CampaignKey, l.Processor, ids, states, errs, links); err != nil {
-		return nil, err
+	if len(failed) > 0 {
+		ids, _, errs, _, links := outcomeColumns(failed)
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO deliveries AS d (campaign, processor, url_id, state, attempts, error, links, done_at)
+			SELECT $1, $2, r.id, 'failed', 1, r.err, r.links, now()
+			FROM unnest($3::bigint[], $4::text[], $5::int[]) AS r(id, err, links)
+			ON CONFLICT (campaign, url_id, processor) DO UPDATE SET state = 'failed', error = excluded.error, done_at = now()`,
+			l.CampaignKey, l.Processor, ids, errs, links); err != nil {
+			return nil, err
+		}
 	}
 	if done > 0 {
 		if _, err := tx.Exec(ctx, `
