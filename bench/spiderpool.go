@@ -341,13 +341,7 @@ func printEventTypes(ctx context.Context, c client.Client, id string) {
 	counts := map[string]int{}
 	var walk func(id, run, prefix string)
 	walk = func(id, run, prefix string) {
-		it := c.GetWorkflowHistory(ctx, id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for it.HasNext() {
-			e, err := it.Next()
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "bench: history:", err)
-				return
-			}
+		for _, e := range history(ctx, c, id, run) {
 			counts[prefix+e.GetEventType().String()]++
 			if a := e.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
 				walk(a.GetWorkflowExecution().GetWorkflowId(), a.GetWorkflowExecution().GetRunId(), "child ")
@@ -379,16 +373,7 @@ func printTail(ctx context.Context, db string, start time.Time, elapsed time.Dur
 // events of its last 5 seconds, with their times from start: what the
 // run waited on once fetching was over.
 func printLastEvents(ctx context.Context, c client.Client, id string, start time.Time) {
-	var events []*historypb.HistoryEvent
-	it := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	for it.HasNext() {
-		e, err := it.Next()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "bench: history:", err)
-			return
-		}
-		events = append(events, e)
-	}
+	events := history(ctx, c, id, "")
 	if len(events) == 0 {
 		return
 	}
@@ -410,4 +395,20 @@ func printLastEvents(ctx context.Context, c client.Client, id string, start time
 		}
 		fmt.Printf("        %7.3f s %s %s\n", at.Sub(start).Seconds(), e.GetEventType(), what)
 	}
+}
+
+// history is a workflow run's events (the latest run when run is ""), up
+// to the first error reading them, which it reports.
+func history(ctx context.Context, c client.Client, id, run string) []*historypb.HistoryEvent {
+	var events []*historypb.HistoryEvent
+	it := c.GetWorkflowHistory(ctx, id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: history:", err)
+			break
+		}
+		events = append(events, e)
+	}
+	return events
 }
