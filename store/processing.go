@@ -54,7 +54,7 @@ func (b *bodyRows) add(id int64, p *PageBody) error {
 	if err != nil {
 		return err
 	}
-	tok, err := randomToken()
+	tok, err := bodyToken(id)
 	if err != nil {
 		return err
 	}
@@ -392,6 +392,30 @@ func randomToken() (string, error) {
 	return hex.EncodeToString(tok[:]), nil
 }
 
+// bodyToken names a kept body: its page's id in 16 hex digits, which a
+// node looks the body up by, and 16 random bytes nobody can guess. A
+// token that carries no id (written before migration 0016) is looked up
+// by the token alone.
+func bodyToken(id int64) (string, error) {
+	secret, err := randomToken()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%016x", uint64(id)) + secret, nil
+}
+
+// bodyTokenLen is the length of a token bodyToken makes.
+const bodyTokenLen = 16 + 32
+
+// bodyTokenID is the page id a body token names, if it names one.
+func bodyTokenID(token string) (int64, bool) {
+	if len(token) != bodyTokenLen {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(token[:16], 16, 63)
+	return int64(id), err == nil
+}
+
 // Processed is what a processor made of one leased page.
 type Processed struct {
 	ID    int64
@@ -698,7 +722,11 @@ var ErrNoBody = errors.New("no such body (its pages were all processed, or the t
 func (s *Store) Body(ctx context.Context, token string) ([]byte, string, error) {
 	var body []byte
 	var ctype string
-	err := s.pool.QueryRow(ctx, `SELECT body, coalesce(content_type, '') FROM page_bodies WHERE token = $1`, token).Scan(&body, &ctype)
+	q, args := `SELECT body, coalesce(content_type, '') FROM page_bodies WHERE token = $1 AND length(token) <> 48`, []any{token}
+	if id, ok := bodyTokenID(token); ok {
+		q, args = `SELECT body, coalesce(content_type, '') FROM page_bodies WHERE url_id = $2 AND token = $1`, append(args, id)
+	}
+	err := s.pool.QueryRow(ctx, q, args...).Scan(&body, &ctype)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, "", ErrNoBody
 	}
@@ -711,7 +739,22 @@ func (s *Store) Body(ctx context.Context, token string) ([]byte, string, error) 
 // Bodies returns the kept bodies that tokens name, by token; a token that
 // names none is left out.
 func (s *Store) Bodies(ctx context.Context, tokens []string) (map[string][]byte, error) {
-	rows, err := s.pool.Query(ctx, `SELECT token, body FROM page_bodies WHERE token = ANY($1)`, tokens)
+	var ids []int64
+	var keyed, legacy []string
+	for _, t := range tokens {
+		if id, ok := bodyTokenID(t); ok {
+			ids, keyed = append(ids, id), append(keyed, t)
+		} else {
+			legacy = append(legacy, t)
+		}
+	}
+	// Each keyed token is looked up by its page; the legacy ones by the
+	// index that only they are in (migration 0016).
+	rows, err := s.pool.Query(ctx, `
+		SELECT b.token, b.body FROM unnest($1::bigint[], $2::text[]) AS t(id, token)
+		JOIN page_bodies b ON b.url_id = t.id AND b.token = t.token
+		UNION ALL
+		SELECT token, body FROM page_bodies WHERE token = ANY($3) AND length(token) <> 48`, ids, keyed, legacy)
 	if err != nil {
 		return nil, fmt.Errorf("bodies: %w", err)
 	}

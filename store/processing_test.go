@@ -81,31 +81,50 @@ func testResetReleasesOnlyOtherRunsLeases(t *testing.T, held bool) {
 }
 
 // TestBodiesByTokens: one query returns the kept bodies of many tokens, and
-// leaves out a token that names none.
+// leaves out a token that names none. A token that starts with its page's
+// id is looked up by the page; one written before tokens carried the id
+// (ab<id> here) by the token alone. A keyed token with a wrong secret
+// names nothing.
 func TestBodiesByTokens(t *testing.T) {
 	s := harness.OpenStore(t)
-	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 3)
-	if _, err := s.Pool().Exec(ctx, `
-		INSERT INTO page_bodies (url_id, campaign, final_url, status, headers, fetched_at, body, sha256, token)
-		SELECT id, campaign, url, 200, '{}', now(), convert_to('body ' || id, 'UTF8'), '', 'ab' || id FROM frontier WHERE campaign = $1`, key); err != nil {
-		t.Fatal(err)
-	}
+	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 4)
 	var ids []int64
 	if err := s.Pool().QueryRow(ctx, `SELECT array_agg(id ORDER BY id) FROM frontier WHERE campaign = $1`, key).Scan(&ids); err != nil {
 		t.Fatal(err)
 	}
-	tokens := []string{fmt.Sprintf("ab%d", ids[2]), "ffff", fmt.Sprintf("ab%d", ids[0])}
+	keyed := func(id int64, secret int) string { return fmt.Sprintf("%016x%032x", id, secret) }
+	if _, err := s.Pool().Exec(ctx, `
+		INSERT INTO page_bodies (url_id, campaign, final_url, status, headers, fetched_at, body, sha256, token)
+		SELECT id, campaign, url, 200, '{}', now(), convert_to('body ' || id, 'UTF8'), '',
+		       CASE WHEN id = $2 THEN 'ab' || id ELSE lpad(to_hex(id), 16, '0') || lpad(to_hex(7), 32, '0') END
+		FROM frontier WHERE campaign = $1`, key, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	tokens := []string{keyed(ids[2], 7), "ffff", fmt.Sprintf("ab%d", ids[0]), keyed(ids[3], 8), keyed(ids[1], 7)}
 	got, err := s.Bodies(ctx, tokens)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{tokens[0]: fmt.Sprintf("body %d", ids[2]), tokens[2]: fmt.Sprintf("body %d", ids[0])}
+	want := map[string]string{
+		tokens[0]: fmt.Sprintf("body %d", ids[2]),
+		tokens[2]: fmt.Sprintf("body %d", ids[0]),
+		tokens[4]: fmt.Sprintf("body %d", ids[1]),
+	}
 	if len(got) != len(want) {
 		t.Errorf("got %d bodies, want %d", len(got), len(want))
 	}
 	for tok, body := range want {
 		if string(got[tok]) != body {
 			t.Errorf("body of %s: %q, want %q", tok, got[tok], body)
+		}
+		one, _, err := s.Body(ctx, tok)
+		if err != nil || string(one) != body {
+			t.Errorf("Body(%s) = %q, %v; want %q", tok, one, err, body)
+		}
+	}
+	for _, tok := range []string{tokens[1], tokens[3]} {
+		if _, _, err := s.Body(ctx, tok); !errors.Is(err, store.ErrNoBody) {
+			t.Errorf("Body(%s): %v, want ErrNoBody", tok, err)
 		}
 	}
 }
