@@ -296,7 +296,8 @@ func (c *Control) processorLinks(ctx context.Context, req campaign.StoreProcesse
 // ?bodies=inline, bodies up to campaign.MaxInlineBodyLimit come inside
 // their pages while the batch's stay within BatchBodyBytes, so one read
 // of Postgres and one request get them; the others still go by
-// reference.
+// reference. ?bodies=appended sends the same bodies after the JSON, as
+// bytes (campaign.AppendedBatchType).
 func BatchHandler(st *store.Store) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token := strings.TrimPrefix(r.URL.Path, BatchPath)
@@ -305,7 +306,8 @@ func BatchHandler(st *store.Store) http.Handler {
 			return
 		}
 		var inline, budget int64
-		if r.URL.Query().Get("bodies") == "inline" {
+		bodies := r.URL.Query().Get("bodies")
+		if bodies == "inline" || bodies == "appended" {
 			inline, budget = campaign.MaxInlineBodyLimit, BatchBodyBytes
 		}
 		b, err := st.BatchByToken(r.Context(), token, inline, budget)
@@ -322,8 +324,24 @@ func BatchHandler(st *store.Store) http.Handler {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(req)
+		if bodies != "appended" {
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(req)
+			return
+		}
+		after := make([][]byte, 0, len(req.Pages))
+		for i := range req.Pages {
+			if pg := &req.Pages[i]; pg.BodyRef == nil {
+				after, pg.Body = append(after, pg.Body), nil
+			}
+		}
+		w.Header().Set("Content-Type", campaign.AppendedBatchType)
+		bw := bufio.NewWriterSize(w, 64<<10)
+		json.NewEncoder(bw).Encode(req) // one line: the encoder escapes newlines in strings
+		for _, body := range after {
+			bw.Write(body)
+		}
+		bw.Flush()
 	})
 }
 

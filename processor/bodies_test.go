@@ -198,3 +198,43 @@ func TestBatchByReference(t *testing.T) {
 		t.Errorf("a batch served with fewer pages than its reference counts: %v, want an error saying so", err)
 	}
 }
+
+// TestBatchWithBodiesAppended: a node that knows ?bodies=appended answers
+// with the pages as JSON and then the bodies of those without a body_ref,
+// as bytes, in page order; the processor puts each in its page, gets the
+// others by reference, and fails a batch whose bodies are cut short.
+func TestBatchWithBodiesAppended(t *testing.T) {
+	bs := newBodyServer(t, map[string]string{"b2": "by reference"})
+	full := refBatch(bs.bodies, []string{"b2"}, bs)
+	inline := map[string]string{"a": "first", "c": "", "d": "fourth\nwith a newline"}
+	full.Pages = append([]campaign.ProcessPage{{Key: "a", BodyLength: 5}}, full.Pages...)
+	full.Pages = append(full.Pages, campaign.ProcessPage{Key: "c"}, campaign.ProcessPage{Key: "d", BodyLength: int64(len(inline["d"]))})
+	var cut atomic.Bool
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("bodies") != "appended" {
+			http.Error(w, "want ?bodies=appended", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", campaign.AppendedBatchType)
+		json.NewEncoder(w).Encode(full)
+		bodies := inline["a"] + inline["d"]
+		if cut.Load() {
+			bodies = bodies[:len(bodies)-1]
+		}
+		io.WriteString(w, bodies)
+	}))
+	t.Cleanup(node.Close)
+	req := campaign.ProcessRequest{Batch: &campaign.BatchRef{Token: "bt", Pages: 4, URLs: []string{node.URL + "/v1/batches/bt"}}}
+	got := seen(t, req)
+	want := map[string]string{"a": "first", "b2": "by reference", "c": "", "d": inline["d"]}
+	for k, body := range want {
+		if b, ok := got[k]; !ok || b != body {
+			t.Errorf("page %s had body %q (seen %v), want %q", k, b, ok, body)
+		}
+	}
+	cut.Store(true)
+	p := New("t").Logger(slog.New(slog.DiscardHandler)).OnPage(func(*Page) error { return nil })
+	if _, err := p.Process(context.Background(), req); err == nil || !strings.Contains(err.Error(), "bodies") {
+		t.Errorf("a batch whose appended bodies were cut short: %v, want an error saying so", err)
+	}
+}

@@ -310,17 +310,17 @@ func (p *Processor) postBodies(ctx context.Context, server string, tokens []stri
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	body, err := p.askNode(req)
+	resp, err := p.askNode(req)
 	if err != nil {
 		return nil, err
 	}
-	defer body.Close()
-	return readBodies(bufio.NewReader(body), len(tokens))
+	defer resp.Body.Close()
+	return readBodies(bufio.NewReader(resp.Body), len(tokens))
 }
 
 // askNode sends a request to a node's body or batch endpoint: an answer
 // other than 200 is an error, with the start of what the node said.
-func (p *Processor) askNode(req *http.Request) (io.ReadCloser, error) {
+func (p *Processor) askNode(req *http.Request) (*http.Response, error) {
 	resp, err := p.bodies.Do(req)
 	if err != nil {
 		return nil, err
@@ -330,7 +330,7 @@ func (p *Processor) askNode(req *http.Request) (io.ReadCloser, error) {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return nil, fmt.Errorf("%s %s: %s: %s", req.Method, req.URL, resp.Status, bytes.TrimSpace(msg))
 	}
-	return resp.Body, nil
+	return resp, nil
 }
 
 // readBodies reads n framed bodies: "<token> <length>\n" and length bytes,
@@ -385,24 +385,62 @@ func (p *Processor) fetchBatch(ctx context.Context, ref *campaign.BatchRef) (cam
 	return campaign.ProcessRequest{}, fmt.Errorf("batch %s by reference: %w", ref.Token, errors.Join(errs...))
 }
 
-// getBatch gets a batch from one node, asking for its bodies inside its
-// pages: a node gives the ones that fit (see activities.BatchHandler),
-// and one that does not know the query gives them all by reference.
+// getBatch gets a batch from one node, asking for its bodies after its
+// pages (see campaign.AppendedBatchType): a node gives the ones that fit
+// (see activities.BatchHandler), and one that does not know the query
+// answers with JSON alone, its bodies by reference.
 func (p *Processor) getBatch(ctx context.Context, u string) (campaign.ProcessRequest, error) {
 	var out campaign.ProcessRequest
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"?bodies=inline", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"?bodies=appended", nil)
 	if err != nil {
 		return out, err
 	}
-	body, err := p.askNode(req)
+	resp, err := p.askNode(req)
 	if err != nil {
 		return out, err
 	}
-	defer body.Close()
-	if err := json.NewDecoder(body).Decode(&out); err != nil {
+	defer resp.Body.Close()
+	if resp.Header.Get("Content-Type") == campaign.AppendedBatchType {
+		err = readAppendedBatch(bufio.NewReaderSize(resp.Body, 64<<10), &out)
+	} else {
+		err = json.NewDecoder(resp.Body).Decode(&out)
+	}
+	if err != nil {
 		return out, fmt.Errorf("GET %s: %w", u, err)
 	}
 	return out, nil
+}
+
+// readAppendedBatch reads a batch served as campaign.AppendedBatchType
+// into out: its line of JSON, then the bodies of the pages without a
+// body_ref, which it puts in their pages.
+func readAppendedBatch(r *bufio.Reader, out *campaign.ProcessRequest) error {
+	line, err := r.ReadBytes('\n')
+	if err != nil {
+		return fmt.Errorf("read the batch's pages: %w", err)
+	}
+	if err := json.Unmarshal(line, out); err != nil {
+		return fmt.Errorf("the batch's pages: %w", err)
+	}
+	var total int64
+	for _, pg := range out.Pages {
+		if pg.BodyRef == nil {
+			if pg.BodyLength < 0 || pg.BodyLength > campaign.MaxInlineBodyLimit {
+				return fmt.Errorf("page %s: an appended body of %d bytes", pg.Key, pg.BodyLength)
+			}
+			total += pg.BodyLength
+		}
+	}
+	all := make([]byte, total) // one allocation for the batch's bodies
+	if _, err := io.ReadFull(r, all); err != nil {
+		return fmt.Errorf("read the batch's %d bytes of bodies: %w", total, err)
+	}
+	for i := range out.Pages {
+		if pg := &out.Pages[i]; pg.BodyRef == nil {
+			pg.Body, all = all[:pg.BodyLength:pg.BodyLength], all[pg.BodyLength:]
+		}
+	}
+	return nil
 }
 
 // fetchBody gets a body sent by reference from the first node that has
