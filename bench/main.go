@@ -15,12 +15,30 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 )
+
+// envCPUProfile names a file: BENCH_CPUPROFILE=FILE profiles the bench's
+// own process (the no-op processor and the Temporal client it runs on)
+// for the whole command. The nodes serve their own profiles (see
+// BENCH_PPROF_BASE).
+const envCPUProfile = "BENCH_CPUPROFILE"
 
 func main() {
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "usage: bench run|scale|polite|frontier|micro|serve|colly|readme [flags]")
 		os.Exit(2)
+	}
+	if f := os.Getenv(envCPUProfile); f != "" && os.Args[1] != "serve" && os.Args[1] != "colly" {
+		out, err := os.Create(f)
+		if err == nil {
+			err = pprof.StartCPUProfile(out)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", envCPUProfile, err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var err error
 	switch os.Args[1] {
@@ -45,6 +63,7 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
