@@ -29,7 +29,11 @@ import (
 // they held is reused only once a vacuum has seen it. Autovacuum comes a
 // minute apart at best; meanwhile a crawl at 2,000 pages a second adds
 // 5 MB a second of dead bodies, which push the frontier out of shared
-// buffers. So the store vacuums them as it analyzes them (vacuum).
+// buffers. So the store vacuums page_bodies as it analyzes it (vacuum).
+// A minute of dead deliveries rows is a megabyte or two, and leases step
+// over their index entries once marked dead; vacuuming them took more of
+// a bench's statement time than any other processor statement (3.1-4.2 s
+// of a 60,000-page crawl, 23 vacuums), so autovacuum keeps them.
 type tableStats struct {
 	table   string // a constant: it is put in the ANALYZE statement
 	vacuum  bool   // vacuum as well as analyze

@@ -35,7 +35,7 @@ type Store struct {
 	// growth (see analyzeAsItGrows).
 	stats tableStats
 	// deliveryStats and bodyStats do the same for deliveries and
-	// page_bodies, and vacuum them.
+	// page_bodies, and bodyStats vacuums page_bodies.
 	deliveryStats, bodyStats tableStats
 }
 
@@ -71,7 +71,7 @@ func Open(ctx context.Context, url string, maxConns int32, timeout time.Duration
 	return &Store{
 		pool: pool, where: where,
 		stats:         tableStats{table: "frontier", after: analyzeAfter},
-		deliveryStats: tableStats{table: "deliveries", vacuum: true, after: 2_000},
+		deliveryStats: tableStats{table: "deliveries", after: 2_000},
 		bodyStats:     tableStats{table: "page_bodies", vacuum: true, after: 2_000},
 	}, nil
 }
