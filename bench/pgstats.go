@@ -61,6 +61,23 @@ func statementStats(st *stack) error {
 	}); err != nil {
 		return err
 	}
+	// Statements the server compiled with JIT, each time it ran them: a
+	// compile costs tens of milliseconds of CPU.
+	jit, err := c.Query(ctx, `
+		SELECT calls, jit_functions, round(jit_generation_time + jit_inlining_time + jit_optimization_time + jit_emission_time)::bigint,
+		       left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+		FROM pg_stat_statements WHERE jit_functions > 0
+		ORDER BY jit_generation_time + jit_inlining_time + jit_optimization_time + jit_emission_time DESC LIMIT 5`)
+	if err != nil {
+		return err
+	}
+	var fns int64
+	if _, err := pgx.ForEachRow(jit, []any{&calls, &fns, &ms, &q}, func() error {
+		fmt.Printf("  JIT: %5d calls compiled %6d functions in %6d ms  %s\n", calls, fns, ms, q)
+		return nil
+	}); err != nil {
+		return err
+	}
 	db, err := pgx.Connect(ctx, st.pg.URL(fmt.Sprintf("bench_%d", st.runs)))
 	if err != nil {
 		return err

@@ -71,6 +71,32 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	}
 }
 
+// TestJITIsOffUnlessTheURLSaysSo: the store's connections run without JIT
+// (see store.Open), and a database URL's ?jit= is kept.
+func TestJITIsOffUnlessTheURLSaysSo(t *testing.T) {
+	url := harness.NewDatabase(t)
+	for _, c := range []struct{ url, want string }{{url, "off"}, {url + sep(url) + "jit=on", "on"}} {
+		s, err := store.Open(ctx, c.url, 2, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var jit string
+		err = s.Pool().QueryRow(ctx, `SHOW jit`).Scan(&jit)
+		s.Close()
+		if err != nil || jit != c.want {
+			t.Errorf("%s: jit = %q, %v; want %q", c.url, jit, err, c.want)
+		}
+	}
+}
+
+// sep is what joins a query parameter to url.
+func sep(url string) string {
+	if strings.Contains(url, "?") {
+		return "&"
+	}
+	return "?"
+}
+
 func TestInsertDedupsByCanonicalForm(t *testing.T) {
 	s := harness.OpenStore(t)
 	key := newCampaign(t, s, "http://a.test/")
