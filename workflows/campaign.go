@@ -181,11 +181,12 @@ type dispatcher struct {
 	procs          []*processor
 	frontierLeases int64
 	leaseRun       int64
-	// batchesInRun, leaseHeld and lingerToEnd: see processorsChange,
+	// batchesInRun, leaseHeld, lingerToEnd and waitBeside: see processorsChange,
 	// versions 3 to 5.
 	batchesInRun bool
 	leaseHeld    bool
 	lingerToEnd  bool
+	waitBeside   bool
 	// handOnSince: when continue-as-new began waiting for processor
 	// batches (see processorsHandedOn).
 	handOnSince time.Time

@@ -30,7 +30,11 @@ import (
 // while the frontier has URLs waiting: once the crawl's last URLs are out,
 // only a few pages are still to come, and lingering held each campaign's
 // end back by a second or two (the dev server fires a 1 s timer up to a
-// second late).
+// second late). From version 6 a batch that found the pages waiting held
+// by batches beside it waits for one of those to end, not for a second:
+// at a crawl's end that second, fired late, held the processor's last
+// look back (a 60,000-page crawl completed 2.9 s after its last fetch,
+// 1.9 s of it waiting on timers).
 const processorsChange = "processors"
 
 // handOnWait is how long continue-as-new waits for the processors'
@@ -65,6 +69,9 @@ type processor struct {
 	dry       bool
 	dryAt     int64
 	coolUntil time.Time
+	// heldBeside: a batch found the pages waiting held by batches beside
+	// it; the next to end lets the processor lease again.
+	heldBeside bool
 	// lingerUntil: the processor caught up; its next batch waits to fill.
 	lingerUntil time.Time
 	counters    campaign.ProcessorCounters
@@ -76,14 +83,14 @@ func (d *dispatcher) setUpProcessors(carried []campaign.ProcessorStatus) {
 	if len(d.spec.Processors) == 0 {
 		return
 	}
-	switch v := workflow.GetVersion(d.ctx, processorsChange, workflow.DefaultVersion, 5); v {
+	switch v := workflow.GetVersion(d.ctx, processorsChange, workflow.DefaultVersion, 6); v {
 	case workflow.DefaultVersion:
 		return
 	case 1:
 		panic("this run delivers pages as an unreleased build did (processors version 1): " +
 			"cancel it and start the campaign again under its ID; its pages are kept")
 	default:
-		d.batchesInRun, d.leaseHeld, d.lingerToEnd = v >= 3, v >= 4, v < 5
+		d.batchesInRun, d.leaseHeld, d.lingerToEnd, d.waitBeside = v >= 3, v >= 4, v < 5, v >= 6
 	}
 	// A lease's high bits name the run (see campaign.LeaseRun): a hash of
 	// its run ID, unique even when a campaign is started again under its ID.
@@ -157,7 +164,7 @@ func (d *dispatcher) deliver() {
 		if now.Before(p.lingerUntil) && !d.frontierSettled() {
 			continue
 		}
-		for !p.dry && p.batches < p.spec.Window && !now.Before(p.coolUntil) {
+		for !p.dry && !p.heldBeside && p.batches < p.spec.Window && !now.Before(p.coolUntil) {
 			d.startBatch(p)
 		}
 	}
@@ -198,6 +205,7 @@ func (d *dispatcher) startBatch(p *processor) {
 	d.sel.AddFuture(f, func(f workflow.Future) {
 		p.batches--
 		p.counters.InFlight = p.batches
+		p.heldBeside = false // what this batch held is stored, or back
 		var res campaign.ProcessBatchResult
 		err := f.Get(d.ctx, &res)
 		var canceled *temporal.CanceledError
@@ -220,6 +228,10 @@ func (d *dispatcher) startBatch(p *processor) {
 			d.wakeAt(processorCooldown)
 		case res.Pages == 0 && res.Waiting == 0:
 			p.dry, p.dryAt = true, started
+		case res.Pages == 0 && d.waitBeside && p.batches > 0:
+			// Pages wait but the batches beside this one hold them: the
+			// next of those to end wakes the loop.
+			p.heldBeside = true
 		case res.Pages == 0:
 			// Pages wait but a lease beside this one held them: look
 			// again shortly.
