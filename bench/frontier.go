@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/spiderpool/spiderpool/activities"
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/crawl"
 	"github.com/spiderpool/spiderpool/devstack"
@@ -118,11 +120,16 @@ func runFrontier(args []string) error {
 		}
 	}
 	if want("life") && *lifePages > 0 {
-		life, err := runLifecycle(ctx, s, *lifePages)
+		life, err := runLifecycle(ctx, s, *lifePages, false)
 		if err != nil {
 			return fmt.Errorf("lifecycle: %w", err)
 		}
 		fmt.Fprintf(w, "== Write cost: %d URLs of a new campaign through a crawl's writes\n\n%s\n", *lifePages, life)
+		life, err = runLifecycle(ctx, s, *lifePages, true)
+		if err != nil {
+			return fmt.Errorf("lifecycle with a processor: %w", err)
+		}
+		fmt.Fprintf(w, "== The same with every page to a no-op processor (make bench's: batches of 500 by reference, bodies appended)\n\n%s\n", life)
 	}
 	if want("plans") {
 		fmt.Fprintln(w, verdict)
@@ -917,9 +924,16 @@ func (l lifecycle) String() string {
 // to each: inserted as links of commits of 64 pages (20 links a page, one
 // of them new), leased, claimed, committed as fetched with a page record.
 // It measures time and WAL written, on a frontier of millions of rows.
-func runLifecycle(ctx context.Context, s *store.Store, pages int) (lifecycle, error) {
+// With processor, each page also goes to a processor: its commit keeps a
+// body of 1,200 bytes for it, and its batches are leased, read and stored.
+func runLifecycle(ctx context.Context, s *store.Store, pages int, processor bool) (lifecycle, error) {
 	life := lifecycle{pages: pages}
-	spec, err := campaign.Spec{Seeds: []string{"http://l0.life.test/"}}.Normalize()
+	base := campaign.Spec{Seeds: []string{"http://l0.life.test/"}}
+	if processor {
+		base.Processors = []campaign.Processor{noopProcessor}
+		base.Processors[0].TaskQueue = "life.noop"
+	}
+	spec, err := base.Normalize()
 	if err != nil {
 		return life, err
 	}
@@ -1008,6 +1022,7 @@ func runLifecycle(ctx context.Context, s *store.Store, pages int) (lifecycle, er
 	if err != nil {
 		return life, err
 	}
+	body := bytes.Repeat([]byte("<p>a page of the synthetic web</p>\n"), 1200/36)
 	err = phase("commit: outcome, page record, 20 links (1 new)", func() error {
 		next := pages
 		for i := 0; i < len(claimed); i += perCommit {
@@ -1017,6 +1032,11 @@ func runLifecycle(ctx context.Context, s *store.Store, pages int) (lifecycle, er
 				outcomes = append(outcomes, store.Outcome{ID: c.ID, State: store.Fetched, Attempted: true, Status: 200,
 					Page: &store.Page{Status: 200, ContentType: "text/html", ContentLength: 20_000, Links: linksPerPage,
 						Title: "a page", FetchedAt: time.Now(), Duration: 80 * time.Millisecond}})
+				if processor {
+					outcomes[len(outcomes)-1].Body = &store.PageBody{Processors: []string{noopProcessor.Name}, FinalURL: "http://x.test/",
+						Status: 200, Header: http.Header{"Content-Type": {"text/html"}, "Etag": {`"x"`}}, ContentType: "text/html",
+						FetchedAt: time.Now(), Body: body}
+				}
 				for k := range linksPerPage - 1 {
 					links = append(links, link(((i+j)*7+k*13)%pages))
 				}
@@ -1029,5 +1049,65 @@ func runLifecycle(ctx context.Context, s *store.Store, pages int) (lifecycle, er
 		}
 		return nil
 	})
-	return life, err
+	if err != nil || !processor {
+		return life, err
+	}
+	return life, processorLifecycle(ctx, s, key, pages, phase)
+}
+
+// processorLifecycle puts a campaign's pages through its no-op processor
+// as make bench's goes: leased by reference in batches held by their
+// rows, read with their bodies, stored with nothing made.
+func processorLifecycle(ctx context.Context, s *store.Store, key int64, pages int, phase func(string, func() error) error) error {
+	p := noopProcessor
+	var leases []store.Lease
+	var tokens []string
+	err := phase(fmt.Sprintf("processor: lease batches of %d (held)", p.BatchSize), func() error {
+		for n, seq := 0, int64(1); n < pages; seq++ {
+			l := store.Lease{CampaignKey: key, CampaignID: "life", Processor: p.Name, ID: 1<<32 | seq<<8, Held: true}
+			b, err := s.LeaseBatch(ctx, l, p.BatchSize, p.MaxPending+1)
+			if err != nil {
+				return err
+			}
+			if len(b.IDs) == 0 {
+				return fmt.Errorf("leased %d pages of %d, then nothing", n, pages)
+			}
+			n += len(b.IDs)
+			leases, tokens = append(leases, l), append(tokens, b.Token)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	var read [][]int64
+	err = phase("processor: read each batch, bodies inline", func() error {
+		for _, t := range tokens {
+			b, err := s.BatchByToken(ctx, t, campaign.MaxInlineBodyLimit, activities.BatchBodyBytes)
+			if err != nil {
+				return err
+			}
+			var ids []int64
+			for _, pg := range b.Pages {
+				ids = append(ids, pg.ID)
+			}
+			read = append(read, ids)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return phase("processor: store each batch's outcome (nothing made)", func() error {
+		for i, l := range leases {
+			results := make([]store.Processed, len(read[i]))
+			for j, id := range read[i] {
+				results[j].ID = id
+			}
+			if _, err := s.StoreProcessed(ctx, l, results); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
