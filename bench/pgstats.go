@@ -109,10 +109,11 @@ func statementStats(st *stack) error {
 		return err
 	}
 	var wal string
-	if err := c.QueryRow(ctx, `SELECT pg_size_pretty(wal_bytes) FROM pg_stat_wal`).Scan(&wal); err != nil {
+	var walFull int64 // times a backend found the WAL buffers full and wrote them itself
+	if err := c.QueryRow(ctx, `SELECT pg_size_pretty(wal_bytes), wal_buffers_full FROM pg_stat_wal`).Scan(&wal, &walFull); err != nil {
 		return err
 	}
-	fmt.Printf("frontier: %d rows inserted, %d updates (%d HOT); WAL %s\n", ins, upd, hot, wal)
+	fmt.Printf("frontier: %d rows inserted, %d updates (%d HOT); WAL %s, WAL buffers full %d times\n", ins, upd, hot, wal, walFull)
 	_, err = c.Exec(ctx, "SELECT pg_stat_statements_reset(), pg_stat_reset_shared('wal')")
 	return err
 }
