@@ -139,8 +139,13 @@ func processRequest(campaignID, processor string, pages []store.LeasedPage, body
 	for _, lp := range pages {
 		page := campaign.ProcessPage{
 			Key: store.PageKey(campaignID, lp.ID), URL: lp.URL, FinalURL: lp.FinalURL, Depth: lp.Depth,
-			Status: lp.Status, Headers: lp.Header, ContentType: lp.ContentType, FetchedAt: lp.FetchedAt,
+			Status: lp.Status, ContentType: lp.ContentType, FetchedAt: lp.FetchedAt,
 			Body: lp.Body, BodyLength: lp.Length,
+		}
+		if lp.Header != nil {
+			if err := json.Unmarshal(lp.Header, &page.Headers); err != nil {
+				return campaign.ProcessRequest{}, fmt.Errorf("headers of page %d: %w", lp.ID, err)
+			}
 		}
 		if lp.Body == nil && lp.Length > 0 {
 			servers, err := bodyServers()
@@ -319,30 +324,62 @@ func BatchHandler(st *store.Store) http.Handler {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		req, err := processRequest(b.CampaignID, b.Processor, b.Pages, bodyServers(r.Context(), st))
+		served, err := serve(b, bodyServers(r.Context(), st))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		if bodies != "appended" {
 			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(req)
+			json.NewEncoder(w).Encode(served)
 			return
 		}
-		after := make([][]byte, 0, len(req.Pages))
-		for i := range req.Pages {
-			if pg := &req.Pages[i]; pg.BodyRef == nil {
+		after := make([][]byte, 0, len(served.Pages))
+		for i := range served.Pages {
+			if pg := &served.Pages[i]; pg.BodyRef == nil {
 				after, pg.Body = append(after, pg.Body), nil
 			}
 		}
 		w.Header().Set("Content-Type", campaign.AppendedBatchType)
 		bw := bufio.NewWriterSize(w, 64<<10)
-		json.NewEncoder(bw).Encode(req) // one line: the encoder escapes newlines in strings
+		json.NewEncoder(bw).Encode(served) // one line: the encoder escapes newlines in strings
 		for _, body := range after {
 			bw.Write(body)
 		}
 		bw.Flush()
 	})
+}
+
+// servedBatch and servedPage are a batch as BatchHandler serves it: the
+// campaign.ProcessRequest JSON, each page's headers the JSON object
+// Postgres keeps (the shallower field wins the "headers" key), so they
+// are never decoded into maps to be encoded again.
+type servedBatch struct {
+	campaign.ProcessRequest
+	Pages []servedPage `json:"pages"`
+}
+
+type servedPage struct {
+	campaign.ProcessPage
+	Headers json.RawMessage `json:"headers"`
+}
+
+// serve is the batch b as BatchHandler serves it.
+func serve(b store.Batch, bodyServers func() ([]string, error)) (servedBatch, error) {
+	pages := slices.Clone(b.Pages)
+	headers := make([]json.RawMessage, len(pages))
+	for i := range pages {
+		headers[i], pages[i].Header = pages[i].Header, nil
+	}
+	req, err := processRequest(b.CampaignID, b.Processor, pages, bodyServers)
+	if err != nil {
+		return servedBatch{}, err
+	}
+	out := servedBatch{ProcessRequest: req, Pages: make([]servedPage, len(req.Pages))}
+	for i, pg := range req.Pages {
+		out.Pages[i] = servedPage{ProcessPage: pg, Headers: headers[i]}
+	}
+	return out, nil
 }
 
 // BodyHandler serves the page bodies processors get by reference, from

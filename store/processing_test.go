@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -167,7 +168,11 @@ func testBatchByReference(t *testing.T, held bool) {
 		t.Fatalf("batch %+v: want campaign %d (c), processor p, 3 pages", b, key)
 	}
 	for i, p := range b.Pages {
-		if p.ID != first.IDs[i] || p.Body != nil || p.Token != fmt.Sprintf("tok%d", p.ID) || p.Length != 4 || p.Header.Get("Etag") != "x" {
+		var h http.Header
+		if err := json.Unmarshal(p.Header, &h); err != nil || h.Get("Etag") != "x" {
+			t.Errorf("page %d: headers %s (%v): want Etag x", i, p.Header, err)
+		}
+		if p.ID != first.IDs[i] || p.Body != nil || p.Token != fmt.Sprintf("tok%d", p.ID) || p.Length != 4 {
 			t.Errorf("page %d: %+v: want page %d, its body by token only", i, p, first.IDs[i])
 		}
 	}
