@@ -406,8 +406,14 @@ func bodyToken(id int64) (string, error) {
 	return fmt.Sprintf("%016x", uint64(id)) + secret, nil
 }
 
-// bodyTokenLen is the length of a token bodyToken makes.
-const bodyTokenLen = 16 + 32
+// bodyTokenLen is the length of a token bodyToken makes, and
+// legacyToken the SQL that picks the tokens made before, which carry no
+// id: the predicate of their index, page_bodies_token_legacy (migration
+// 0016), written as there so that the planner uses it.
+const (
+	bodyTokenLen = 16 + 32
+	legacyToken  = `length(token) <> 48`
+)
 
 // bodyTokenID is the page id a body token names, if it names one.
 func bodyTokenID(token string) (int64, bool) {
@@ -724,7 +730,7 @@ var ErrNoBody = errors.New("no such body (its pages were all processed, or the t
 func (s *Store) Body(ctx context.Context, token string) ([]byte, string, error) {
 	var body []byte
 	var ctype string
-	q, args := `SELECT body, coalesce(content_type, '') FROM page_bodies WHERE token = $1 AND length(token) <> 48`, []any{token}
+	q, args := `SELECT body, coalesce(content_type, '') FROM page_bodies WHERE token = $1 AND `+legacyToken, []any{token}
 	if id, ok := bodyTokenID(token); ok {
 		q, args = `SELECT body, coalesce(content_type, '') FROM page_bodies WHERE url_id = $2 AND token = $1`, append(args, id)
 	}
@@ -756,7 +762,7 @@ func (s *Store) Bodies(ctx context.Context, tokens []string) (map[string][]byte,
 		SELECT b.token, b.body FROM unnest($1::bigint[], $2::text[]) AS t(id, token)
 		JOIN page_bodies b ON b.url_id = t.id AND b.token = t.token
 		UNION ALL
-		SELECT token, body FROM page_bodies WHERE token = ANY($3) AND length(token) <> 48`, ids, keyed, legacy)
+		SELECT token, body FROM page_bodies WHERE token = ANY($3) AND `+legacyToken, ids, keyed, legacy)
 	if err != nil {
 		return nil, fmt.Errorf("bodies: %w", err)
 	}

@@ -75,7 +75,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 // (see store.Open), and a database URL's ?jit= is kept.
 func TestJITIsOffUnlessTheURLSaysSo(t *testing.T) {
 	url := harness.NewDatabase(t)
-	for _, c := range []struct{ url, want string }{{url, "off"}, {url + sep(url) + "jit=on", "on"}} {
+	for _, c := range []struct{ url, want string }{{url, "off"}, {harness.WithParam(url, "jit", "on"), "on"}} {
 		s, err := store.Open(ctx, c.url, 2, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -87,14 +87,6 @@ func TestJITIsOffUnlessTheURLSaysSo(t *testing.T) {
 			t.Errorf("%s: jit = %q, %v; want %q", c.url, jit, err, c.want)
 		}
 	}
-}
-
-// sep is what joins a query parameter to url.
-func sep(url string) string {
-	if strings.Contains(url, "?") {
-		return "&"
-	}
-	return "?"
 }
 
 func TestInsertDedupsByCanonicalForm(t *testing.T) {

@@ -153,9 +153,9 @@ func sanitize(name string) string {
 	return s
 }
 
-// withParam adds a run-time parameter to a postgres:// URL; pgx sends
+// WithParam adds a run-time parameter to a postgres:// URL; pgx sends
 // parameters it does not know itself to the server at connect.
-func withParam(url, name, value string) string {
+func WithParam(url, name, value string) string {
 	if strings.Contains(url, "?") {
 		return url + "&" + name + "=" + value
 	}

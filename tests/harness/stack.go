@@ -96,7 +96,7 @@ func NewStack(t testing.TB) *Stack {
 	// The test's own queries run under a statement timeout, so one stuck
 	// behind a lock fails the test instead of hanging it; the nodes use
 	// cfg.DatabaseURL as it is.
-	st, err := store.Open(context.Background(), withParam(cfg.DatabaseURL, "statement_timeout", testStatementTimeout), 8, 10*time.Second)
+	st, err := store.Open(context.Background(), WithParam(cfg.DatabaseURL, "statement_timeout", testStatementTimeout), 8, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
