@@ -181,12 +181,13 @@ type dispatcher struct {
 	procs          []*processor
 	frontierLeases int64
 	leaseRun       int64
-	// batchesInRun, leaseHeld, lingerToEnd and waitBeside: see processorsChange,
-	// versions 3 to 5.
-	batchesInRun bool
-	leaseHeld    bool
-	lingerToEnd  bool
-	waitBeside   bool
+	// batchesInRun, leaseHeld, lingerToEnd, waitBeside and
+	// startByWaiting: see processorsChange, versions 3 to 7.
+	batchesInRun   bool
+	leaseHeld      bool
+	lingerToEnd    bool
+	waitBeside     bool
+	startByWaiting bool
 	// handOnSince: when continue-as-new began waiting for processor
 	// batches (see processorsHandedOn).
 	handOnSince time.Time

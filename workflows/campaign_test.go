@@ -55,8 +55,10 @@ type fakeCluster struct {
 	// "pending, due in a second") until release is called: a point in the
 	// middle of a campaign where a test acts, in workflow time.
 	holdAfter int
-	leased    int
-	released  bool
+	// procWaiting is what each lease counts waiting per processor.
+	procWaiting map[string]int
+	leased      int
+	released    bool
 	// latency is each node's ms per request (default 10).
 	latency map[string]int64
 	attrs   []string
@@ -139,7 +141,7 @@ func (f *fakeCluster) lease(req campaign.LeaseHostsRequest) campaign.HostLease {
 		f.leasedAfter = append(f.leasedAfter, req)
 	}
 	f.leaseID++
-	lease := campaign.HostLease{LeaseID: f.leaseID}
+	lease := campaign.HostLease{LeaseID: f.leaseID, ProcessorsWaiting: f.procWaiting}
 	f.expire()
 	left := 0
 	for _, q := range f.pending {

@@ -15,12 +15,14 @@ import (
 )
 
 // TestBatchHeldBesideLeasesWhenItsNeighbourEnds: two batches of a
-// processor lease at once; the first takes the 5 pages waiting, the
-// second finds them counted but held. The processor leases again as soon
+// processor lease at once (the frontier counts 20 pages waiting for it);
+// the first takes the 5 pages waiting, the second finds them counted but
+// held. The processor leases again as soon
 // as the first batch ends (processors version 6), not a second later:
 // the 5 pages that were waiting beside it go out at once.
 func TestBatchHeldBesideLeasesWhenItsNeighbourEnds(t *testing.T) {
 	f := newFakeCluster(0, 0, alive("n1", 1))
+	f.procWaiting = map[string]int{"p": 20}
 	env := newEnv(t, f)
 	var (
 		mu     sync.Mutex
@@ -83,5 +85,33 @@ func TestBatchHeldBesideLeasesWhenItsNeighbourEnds(t *testing.T) {
 	}
 	if wait := leases[2].Sub(leases[1]); wait >= time.Second {
 		t.Errorf("the pages held beside a batch were leased again %s after, want as soon as that batch ended", wait)
+	}
+}
+
+// TestProcessorStartsTheBatchesItsPagesFill: from processors version 7
+// a processor starts one batch when none is out, and beside batches out
+// only as many as the pages counted waiting and not yet sent for fill;
+// before it, the window's room at every look.
+func TestProcessorStartsTheBatchesItsPagesFill(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, c := range []struct {
+		name               string
+		batches, unclaimed int
+		dry, byWaiting     bool
+		want               int
+	}{
+		{name: "none out, nothing counted: a look", want: 1, byWaiting: true},
+		{name: "none out, 25 counted", unclaimed: 25, want: 3, byWaiting: true},
+		{name: "none out, more than the window takes", unclaimed: 100, want: 4, byWaiting: true},
+		{name: "one out, its pages all sent for", batches: 1, unclaimed: -10, want: 0, byWaiting: true},
+		{name: "one out, 15 more counted", batches: 1, unclaimed: 15, want: 2, byWaiting: true},
+		{name: "two out, room for two", batches: 2, unclaimed: 100, want: 2, byWaiting: true},
+		{name: "dry", dry: true, unclaimed: 100, want: 0, byWaiting: true},
+		{name: "version 6: the window's room", batches: 1, unclaimed: -10, want: 3},
+	} {
+		p := &processor{spec: campaign.Processor{BatchSize: 10, Window: 4}, batches: c.batches, unclaimed: c.unclaimed, dry: c.dry}
+		if got := p.batchesToStart(now, c.byWaiting); got != c.want {
+			t.Errorf("%s: %d batches started, want %d", c.name, got, c.want)
+		}
 	}
 }
