@@ -129,7 +129,7 @@ func runFrontier(args []string) error {
 		if err != nil {
 			return fmt.Errorf("lifecycle with a processor: %w", err)
 		}
-		fmt.Fprintf(w, "== The same with every page to a no-op processor (make bench's: batches of 500 by reference, bodies appended)\n\n%s\n", life)
+		fmt.Fprintf(w, "== The same with every page to a no-op processor (make bench's: %s, bodies appended)\n\n%s\n", noopSettings(), life)
 	}
 	if want("plans") {
 		fmt.Fprintln(w, verdict)

@@ -47,7 +47,7 @@ func statementStats(st *stack) error {
 	}
 	rows, err := c.Query(ctx, `
 		SELECT calls, round(total_exec_time)::bigint, rows, left(regexp_replace(query, '\s+', ' ', 'g'), 110)
-		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 12`)
+		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 30`)
 	if err != nil {
 		return err
 	}

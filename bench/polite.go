@@ -129,10 +129,12 @@ func politeScenarios(scale float64) []politeScenario {
 
 // politeRun is the polite section of results.json: one `bench polite`.
 type politeRun struct {
-	Date        string                 `json:"date"`
-	Scale       float64                `json:"scale"`
-	NodeWeights []float64              `json:"node_weights"`
-	Scenarios   []politeScenarioResult `json:"scenarios"`
+	Date        string    `json:"date"`
+	Scale       float64   `json:"scale"`
+	NodeWeights []float64 `json:"node_weights"`
+	// Processor is the no-op processor's settings in scenario 6.
+	Processor string                 `json:"processor,omitempty"`
+	Scenarios []politeScenarioResult `json:"scenarios"`
 }
 
 type politeScenarioResult struct {
@@ -230,7 +232,7 @@ func runPolite(args []string) error {
 		return err
 	}
 	defer st.stop()
-	pr := &politeRun{Date: time.Now().UTC().Format(time.RFC3339), Scale: *scale, NodeWeights: politeWeights}
+	pr := &politeRun{Date: time.Now().UTC().Format(time.RFC3339), Scale: *scale, NodeWeights: politeWeights, Processor: noopSettings()}
 	for _, sc := range scenarios {
 		res, err := st.polite(sc)
 		if err != nil {

@@ -114,8 +114,8 @@ func writePolite(b *strings.Builder, p *politeRun) {
 		}
 	}
 	if plain, noop := politeEfficiency(p, 1), politeEfficiency(p, 6); plain > 0 && noop > 0 {
-		notes = append(notes, fmt.Sprintf("- Scenario 6 is scenario 1 with every page also sent to the no-op processor of the processor comparison (%s): it reached %.2f× scenario 1's efficiency, same run.\n",
-			noopSettings(), noop/plain))
+		notes = append(notes, fmt.Sprintf("- Scenario 6 is scenario 1 with every page also sent to a no-op processor (%s): it reached %.2f× scenario 1's efficiency, same run.\n",
+			p.Processor, noop/plain))
 	}
 	if len(notes) > 0 {
 		b.WriteString(strings.Join(notes, "") + "\n")

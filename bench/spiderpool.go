@@ -227,8 +227,10 @@ type spiderpoolResult struct {
 // code. Its batches go by reference: Temporal carries a token per batch,
 // and the processor gets the pages, then their bodies, from a node in one
 // request each, as a processor keeping up with a fast crawl should take
-// them.
-var noopProcessor = campaign.Processor{Name: "noop", Activity: "noop", BatchSize: 500, Window: 8, Batch: campaign.BatchReference}
+// them, in batches as large as a spec allows: each batch costs events in
+// the campaign's history and a lease, a read and a store, whatever its
+// size.
+var noopProcessor = campaign.Processor{Name: "noop", Activity: "noop", BatchSize: 1000, Window: 8, Batch: campaign.BatchReference}
 
 // runNoop runs the no-op processor in this process, on the nodes'
 // Temporal client, until stop; p is it as a spec names it.
