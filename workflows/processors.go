@@ -34,9 +34,11 @@ import (
 // by batches beside it waits for one of those to end, not for a second:
 // at a crawl's end that second, fired late, held the processor's last
 // look back (a 60,000-page crawl completed 2.9 s after its last fetch,
-// 1.9 s of it waiting on timers). From version 7 a processor with
-// batches out starts only as many more as the pages counted waiting
-// fill, and one when none is out (see batchesToStart): a full window at
+// 1.9 s of it waiting on timers). From version 7 a processor starts
+// only as many batches as the pages counted waiting and not yet sent for
+// fill, and at least one when none is out (see batchesToStart), and the
+// frontier waits for it only while those pages are max_pending or more
+// (see processorBacklog): a full window at
 // every look found most of its leases nothing to take (a 60,000-page
 // crawl in batches of 1,000 leased 301 times for 89 batches, each empty
 // lease a scan of the pending deliveries and a marker in the history).
@@ -110,6 +112,7 @@ func (d *dispatcher) setUpProcessors(carried []campaign.ProcessorStatus) {
 			if c.Name == ps.Name {
 				p.counters = c.ProcessorCounters
 				p.counters.InFlight = 0
+				p.unclaimed = c.Waiting
 			}
 		}
 		d.procs = append(d.procs, p)
@@ -152,10 +155,19 @@ func (d *dispatcher) processorsWaiting(waiting map[string]int) {
 }
 
 // processorBacklog names a processor with max_pending pages waiting: the
-// frontier waits for it.
+// frontier waits for it. From processors version 7 the pages waiting are
+// those no batch was started for since they were counted (unclaimed):
+// the batches a count started take its pages, and the frontier goes on
+// at once. Before, the count stood until a batch ended, and the extra
+// batches a full window started came back empty within moments to
+// refresh it.
 func (d *dispatcher) processorBacklog() string {
 	for _, p := range d.procs {
-		if p.counters.Waiting >= p.spec.MaxPending {
+		waiting := p.counters.Waiting
+		if d.startByWaiting {
+			waiting = p.unclaimed
+		}
+		if waiting >= p.spec.MaxPending {
 			return p.spec.Name
 		}
 	}

@@ -95,10 +95,10 @@ func TestBatchHeldBesideLeasesWhenItsNeighbourEnds(t *testing.T) {
 func TestProcessorStartsTheBatchesItsPagesFill(t *testing.T) {
 	now := time.Unix(1000, 0)
 	for _, c := range []struct {
-		name               string
-		batches, unclaimed int
-		dry, byWaiting     bool
-		want               int
+		name                          string
+		batches, unclaimed            int
+		dry, held, cooling, byWaiting bool
+		want                          int
 	}{
 		{name: "none out, nothing counted: a look", want: 1, byWaiting: true},
 		{name: "none out, 25 counted", unclaimed: 25, want: 3, byWaiting: true},
@@ -106,12 +106,41 @@ func TestProcessorStartsTheBatchesItsPagesFill(t *testing.T) {
 		{name: "one out, its pages all sent for", batches: 1, unclaimed: -10, want: 0, byWaiting: true},
 		{name: "one out, 15 more counted", batches: 1, unclaimed: 15, want: 2, byWaiting: true},
 		{name: "two out, room for two", batches: 2, unclaimed: 100, want: 2, byWaiting: true},
+		{name: "none out, more sent for than counted: a look", unclaimed: -5, want: 1, byWaiting: true},
 		{name: "dry", dry: true, unclaimed: 100, want: 0, byWaiting: true},
+		{name: "held beside", held: true, batches: 1, unclaimed: 100, want: 0, byWaiting: true},
+		{name: "cooling", cooling: true, unclaimed: 100, want: 0, byWaiting: true},
 		{name: "version 6: the window's room", batches: 1, unclaimed: -10, want: 3},
 	} {
-		p := &processor{spec: campaign.Processor{BatchSize: 10, Window: 4}, batches: c.batches, unclaimed: c.unclaimed, dry: c.dry}
+		p := &processor{spec: campaign.Processor{BatchSize: 10, Window: 4}, batches: c.batches, unclaimed: c.unclaimed,
+			dry: c.dry, heldBeside: c.held}
+		if c.cooling {
+			p.coolUntil = now.Add(time.Second)
+		}
 		if got := p.batchesToStart(now, c.byWaiting); got != c.want {
 			t.Errorf("%s: %d batches started, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// TestBacklogCountsOnlyPagesNoBatchWasStartedFor: a count of 2,001
+// pages waiting holds the frontier back (max_pending 2,000) until
+// batches are started for them. From processors version 7 the three
+// batches of 1,000 a count starts take its pages, and the frontier goes
+// on at once; before, the count stood until a batch ended.
+func TestBacklogCountsOnlyPagesNoBatchWasStartedFor(t *testing.T) {
+	for _, v7 := range []bool{true, false} {
+		p := &processor{spec: campaign.Processor{Name: "p", BatchSize: 1000, Window: 8, MaxPending: 2000}}
+		p.counters.Waiting, p.unclaimed = 2001, 2001
+		d := &dispatcher{procs: []*processor{p}, startByWaiting: v7}
+		if got := d.processorBacklog(); got != "p" {
+			t.Errorf("version 7 %v, 2,001 pages counted: backlog %q, want p", v7, got)
+		}
+		n := p.batchesToStart(time.Unix(1000, 0), v7)
+		p.batches, p.unclaimed = n, p.unclaimed-n*p.spec.BatchSize
+		want := map[bool]string{true: "", false: "p"}[v7]
+		if got := d.processorBacklog(); got != want {
+			t.Errorf("version 7 %v, %d batches started: backlog %q, want %q", v7, n, got, want)
 		}
 	}
 }
