@@ -38,10 +38,10 @@ import (
 // only as many batches as the pages counted waiting and not yet sent for
 // fill, and at least one when none is out (see batchesToStart), and the
 // frontier waits for it only while those pages are max_pending or more
-// (see processorBacklog): a full window at
-// every look found most of its leases nothing to take (a 60,000-page
-// crawl in batches of 1,000 leased 301 times for 89 batches, each empty
-// lease a scan of the pending deliveries and a marker in the history).
+// (see processorBacklog): a full window at every look found most of its
+// leases nothing to take (a 60,000-page crawl in batches of 1,000 leased
+// 301 times for 89 batches, each empty lease a scan of the pending
+// deliveries and a marker in the history).
 const processorsChange = "processors"
 
 // handOnWait is how long continue-as-new waits for the processors'
@@ -112,7 +112,7 @@ func (d *dispatcher) setUpProcessors(carried []campaign.ProcessorStatus) {
 			if c.Name == ps.Name {
 				p.counters = c.ProcessorCounters
 				p.counters.InFlight = 0
-				p.unclaimed = c.Waiting
+				p.counted(c.Waiting)
 			}
 		}
 		d.procs = append(d.procs, p)
@@ -149,7 +149,7 @@ func (d *dispatcher) processorsDone() bool {
 func (d *dispatcher) processorsWaiting(waiting map[string]int) {
 	for _, p := range d.procs {
 		if n, ok := waiting[p.spec.Name]; ok {
-			p.counters.Waiting, p.unclaimed = n, n
+			p.counted(n)
 		}
 	}
 }
@@ -210,12 +210,23 @@ func (p *processor) batchesToStart(now time.Time, byWaiting bool) int {
 	return max(n, 0)
 }
 
-// startBatch starts a ProcessBatch child for p's next batches. The first
-// of a run also returns to pending what past runs held.
-func (d *dispatcher) startBatch(p *processor) {
+// counted takes a count of the pages waiting: all of them unclaimed.
+func (p *processor) counted(waiting int) {
+	p.counters.Waiting, p.unclaimed = waiting, waiting
+}
+
+// began notes a batch started: one more out, a batch's worth of the
+// pages counted sent for.
+func (p *processor) began() {
 	p.batches++
 	p.counters.InFlight = p.batches
 	p.unclaimed -= p.spec.BatchSize
+}
+
+// startBatch starts a ProcessBatch child for p's next batches. The first
+// of a run also returns to pending what past runs held.
+func (d *dispatcher) startBatch(p *processor) {
+	p.began()
 	p.seq++
 	started := d.frontierLeases
 	req := campaign.ProcessBatchRequest{
@@ -290,7 +301,7 @@ func (d *dispatcher) startBatch(p *processor) {
 
 // processed adds what a ProcessBatch child did to the figures.
 func (d *dispatcher) processed(p *processor, res campaign.ProcessBatchResult) {
-	p.counters.Waiting, p.unclaimed = res.Waiting, res.Waiting
+	p.counted(res.Waiting)
 	p.counters.Batches += int64(res.Batches)
 	p.counters.Processed += int64(res.Stored.Processed)
 	p.counters.Failed += int64(res.Stored.Failed)

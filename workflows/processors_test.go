@@ -17,9 +17,9 @@ import (
 // TestBatchHeldBesideLeasesWhenItsNeighbourEnds: two batches of a
 // processor lease at once (the frontier counts 20 pages waiting for it);
 // the first takes the 5 pages waiting, the second finds them counted but
-// held. The processor leases again as soon
-// as the first batch ends (processors version 6), not a second later:
-// the 5 pages that were waiting beside it go out at once.
+// held. The processor leases again as soon as the first batch ends
+// (processors version 6), not a second later: the 5 pages that were
+// waiting beside it go out at once.
 func TestBatchHeldBesideLeasesWhenItsNeighbourEnds(t *testing.T) {
 	f := newFakeCluster(0, 0, alive("n1", 1))
 	f.procWaiting = map[string]int{"p": 20}
@@ -131,13 +131,15 @@ func TestProcessorStartsTheBatchesItsPagesFill(t *testing.T) {
 func TestBacklogCountsOnlyPagesNoBatchWasStartedFor(t *testing.T) {
 	for _, v7 := range []bool{true, false} {
 		p := &processor{spec: campaign.Processor{Name: "p", BatchSize: 1000, Window: 8, MaxPending: 2000}}
-		p.counters.Waiting, p.unclaimed = 2001, 2001
+		p.counted(2001)
 		d := &dispatcher{procs: []*processor{p}, startByWaiting: v7}
 		if got := d.processorBacklog(); got != "p" {
 			t.Errorf("version 7 %v, 2,001 pages counted: backlog %q, want p", v7, got)
 		}
 		n := p.batchesToStart(time.Unix(1000, 0), v7)
-		p.batches, p.unclaimed = n, p.unclaimed-n*p.spec.BatchSize
+		for range n {
+			p.began()
+		}
 		want := map[bool]string{true: "", false: "p"}[v7]
 		if got := d.processorBacklog(); got != want {
 			t.Errorf("version 7 %v, %d batches started: backlog %q, want %q", v7, n, got, want)
