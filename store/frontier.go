@@ -3,12 +3,14 @@ package store
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/crawl"
@@ -732,11 +734,43 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 			}
 		}
 	}
+	args := []any{campaignKey, ids, states, tried, statuses, errs, retryMs, holder, node,
+		pIDs, pStatus, pType, pLen, pTrunc, pDigest, pTitle, pRedirTo, pLinks, pAt, pDur,
+		pNoIndex, pNoFollow, pNoArchive, pCanonical, pCharset}
 	var res CommitResult
-	// One statement, so atomic without a transaction round trip.
-	err := s.retry(ctx, func() error {
-		res = CommitResult{Accepted: make(map[int64]bool, n)}
-		rows, err := s.pool.Query(ctx, `
+	err := s.retry(ctx, func() (err error) {
+		if len(bodies.ids) == 0 { // one statement, so atomic without a transaction round trip
+			res.Accepted, err = readAccepted(s.pool.Query(ctx, outcomesSQL+` SELECT id FROM u`, args...))
+			return err
+		}
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
+			res.Accepted, err = bodies.commit(ctx, tx, args)
+			return err
+		})
+	})
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == uniqueViolation {
+		// A body or delivery was kept already (none should be): record
+		// the commit as before bodies were copied, skipping those.
+		err = s.retry(ctx, func() (err error) {
+			res.Accepted, err = readAccepted(s.pool.Query(ctx, outcomesSQL+bodiesSQL+` SELECT id FROM u`,
+				append(args, bodies.args()...)...))
+			return err
+		})
+	}
+	if err != nil {
+		return CommitResult{}, fmt.Errorf("record %d outcomes for campaign %d: %w", n, campaignKey, err)
+	}
+	if len(bodies.dIDs) > 0 {
+		s.grew(&s.deliveryStats, len(bodies.dIDs))
+		s.grew(&s.bodyStats, len(bodies.ids))
+	}
+	return res, nil
+}
+
+// outcomesSQL records a commit's outcomes ($2-$8, for the rows holder $8
+// holds) and page records ($9-$25) in CTEs, u being the frontier rows
+// recorded; a statement adds its own SELECT from u.
+const outcomesSQL = `
 			WITH u AS (
 				UPDATE frontier f SET
 					state = r.state::url_state,
@@ -764,7 +798,11 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 				           noindex, nofollow, noarchive, canonical, charset)
 				JOIN u ON u.id = pg.id
 				ON CONFLICT (url_id) DO NOTHING
-			), b AS (
+			)`
+
+// bodiesSQL adds to outcomesSQL the bodies ($26-$34) and deliveries
+// ($35-$36) of the pages recorded, skipping any kept already.
+const bodiesSQL = `, b AS (
 				INSERT INTO page_bodies (url_id, campaign, url, depth, final_url, status, headers, content_type, fetched_at, body, sha256, token)
 				SELECT b.id, $1, u.url, u.depth, b.final, b.status, b.headers::jsonb, nullif(b.ctype, ''), b.at, b.body, b.sha, b.token
 				FROM unnest($26::bigint[], $27::text[], $28::int[], $29::text[], $30::text[], $31::timestamptz[],
@@ -776,32 +814,18 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 				SELECT $1, d.id, d.processor FROM unnest($35::bigint[], $36::text[]) AS d(id, processor)
 				JOIN u ON u.id = d.id
 				ON CONFLICT DO NOTHING
-			)
-			SELECT id FROM u`,
-			campaignKey, ids, states, tried, statuses, errs, retryMs, holder, node,
-			pIDs, pStatus, pType, pLen, pTrunc, pDigest, pTitle, pRedirTo, pLinks, pAt, pDur,
-			pNoIndex, pNoFollow, pNoArchive, pCanonical, pCharset,
-			bodies.ids, bodies.final, bodies.status, bodies.headers, bodies.ctype, bodies.at,
-			bodies.body, bodies.sha, bodies.token, bodies.dIDs, bodies.dProc)
-		if err != nil {
-			return fmt.Errorf("record outcomes: %w", err)
-		}
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			res.Accepted[id] = true
-		}
-		return rows.Err()
-	})
+			)`
+
+// uniqueViolation is Postgres's error code for a duplicate key.
+const uniqueViolation = "23505"
+
+// readAccepted reads the ids a commit recorded.
+func readAccepted(rows pgx.Rows, err error) (map[int64]bool, error) {
 	if err != nil {
-		return CommitResult{}, fmt.Errorf("record %d outcomes for campaign %d: %w", n, campaignKey, err)
+		return nil, fmt.Errorf("record outcomes: %w", err)
 	}
-	if len(bodies.dIDs) > 0 {
-		s.grew(&s.deliveryStats, len(bodies.dIDs))
-		s.grew(&s.bodyStats, len(bodies.ids))
-	}
-	return res, nil
+	accepted := map[int64]bool{}
+	var id int64
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error { accepted[id] = true; return nil })
+	return accepted, err
 }

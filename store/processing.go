@@ -75,6 +75,72 @@ func (b *bodyRows) add(id int64, p *PageBody) error {
 	return nil
 }
 
+// commit records a commit's outcomes in tx (outcomesSQL with args, $1
+// being the campaign), then copies in the bodies and deliveries of the
+// pages it recorded, and says which it recorded. COPY where an INSERT
+// from arrays was: measured on 60,000 bodies of 2 KB, that took Postgres
+// 1.7-2.4 s of CPU against COPY's 0.45 s, and the node re-grew its
+// parameter buffer to the bodies' size for every commit. A body kept
+// already fails the copy (see recordOutcomes).
+func (b *bodyRows) commit(ctx context.Context, tx pgx.Tx, args []any) (map[int64]bool, error) {
+	type page struct {
+		url   string
+		depth int32
+	}
+	recorded := map[int64]page{}
+	rows, err := tx.Query(ctx, outcomesSQL+` SELECT id, url, depth FROM u`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("record outcomes: %w", err)
+	}
+	var (
+		id int64
+		p  page
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&id, &p.url, &p.depth}, func() error { recorded[id] = p; return nil }); err != nil {
+		return nil, fmt.Errorf("record outcomes: %w", err)
+	}
+	campaignKey := args[0]
+	var bodies, deliveries [][]any
+	for i, id := range b.ids {
+		if p, ok := recorded[id]; ok {
+			var ctype any // NULL when none, as the pages table keeps it
+			if b.ctype[i] != "" {
+				ctype = b.ctype[i]
+			}
+			bodies = append(bodies, []any{id, campaignKey, p.url, p.depth, b.final[i], b.status[i], b.headers[i], ctype,
+				b.at[i], b.body[i], b.sha[i], b.token[i]})
+		}
+	}
+	for i, id := range b.dIDs {
+		if _, ok := recorded[id]; ok {
+			deliveries = append(deliveries, []any{campaignKey, id, b.dProc[i]})
+		}
+	}
+	if len(bodies) > 0 {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"page_bodies"},
+			[]string{"url_id", "campaign", "url", "depth", "final_url", "status", "headers", "content_type", "fetched_at", "body", "sha256", "token"},
+			pgx.CopyFromRows(bodies)); err != nil {
+			return nil, fmt.Errorf("copy page bodies: %w", err)
+		}
+	}
+	if len(deliveries) > 0 {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"deliveries"}, []string{"campaign", "url_id", "processor"},
+			pgx.CopyFromRows(deliveries)); err != nil {
+			return nil, fmt.Errorf("copy deliveries: %w", err)
+		}
+	}
+	accepted := make(map[int64]bool, len(recorded))
+	for id := range recorded {
+		accepted[id] = true
+	}
+	return accepted, nil
+}
+
+// args are the columns of bodiesSQL, $26-$36.
+func (b *bodyRows) args() []any {
+	return []any{b.ids, b.final, b.status, b.headers, b.ctype, b.at, b.body, b.sha, b.token, b.dIDs, b.dProc}
+}
+
 // DeliveryLease is a batch of pages leased to one processor.
 type DeliveryLease struct {
 	Pages []LeasedPage

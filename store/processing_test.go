@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -277,5 +278,83 @@ func testStoreProcessedRecordsOnce(t *testing.T, held bool) {
 	}
 	if n, err := s.DeliveriesWaiting(ctx, key, "p", 10); err != nil || n != 1 {
 		t.Errorf("%d pages waiting, %v: want 1", n, err)
+	}
+}
+
+// TestCommitKeepsTheBodiesOfThePagesItRecords: a commit keeps a body and
+// a delivery for each page it records that a processor wants, with the
+// page's URL and depth, and none for a page its holder no longer holds. A
+// body kept already for a page is left as it is, and the commit still
+// records the page and its delivery.
+func TestCommitKeepsTheBodiesOfThePagesItRecords(t *testing.T) {
+	s := harness.OpenStore(t)
+	key := newCampaign(t, s, "http://a.test/")
+	n1 := holder(t, s, "n1", "1")
+	if _, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/0", "http://a.test/1", "http://a.test/2", "http://a.test/3", "http://a.test/4")); err != nil {
+		t.Fatal(err)
+	}
+	l := leaseAll(t, s, key, 10, 10)
+	all := ids(l)
+	if claimed, err := s.Claim(ctx, key, l.LeaseID, all[:4], n1, "n1", time.Minute); err != nil || len(claimed) != 4 {
+		t.Fatalf("claimed %d (%v)", len(claimed), err)
+	}
+	fetched := func(id int64, ctype string) store.Outcome {
+		return store.Outcome{ID: id, State: store.Fetched, Attempted: true, Status: 200,
+			Page: &store.Page{Status: 200, ContentType: ctype, FetchedAt: time.Now()},
+			Body: &store.PageBody{Processors: []string{"p"}, FinalURL: "http://final.test/", Status: 200,
+				Header: http.Header{"Etag": {"x"}}, ContentType: ctype, FetchedAt: time.Now(), Body: []byte(fmt.Sprint("body ", id))}}
+	}
+	commit := func(want int, outcomes ...store.Outcome) {
+		t.Helper()
+		res, err := s.Commit(ctx, key, n1, "n1", outcomes, nil)
+		if err != nil || len(res.Accepted) != want {
+			t.Fatalf("commit accepted %v (%v), want %d pages", res.Accepted, err, want)
+		}
+	}
+	// all[4] was never claimed: its outcome is refused, and keeps nothing.
+	commit(2, fetched(all[0], "text/html"), fetched(all[1], ""), fetched(all[4], "text/html"))
+	if _, err := s.Pool().Exec(ctx, `
+		INSERT INTO page_bodies (url_id, campaign, final_url, status, headers, fetched_at, body, sha256, token)
+		VALUES ($1, $2, 'http://old.test/', 200, '{}', now(), 'kept before', '', 'old')`, all[3], key); err != nil {
+		t.Fatal(err)
+	}
+	commit(2, fetched(all[2], "text/html"), fetched(all[3], "text/html"))
+
+	rows, err := s.Pool().Query(ctx, `
+		SELECT b.url_id, coalesce(b.url = f.url AND b.depth = f.depth, false), coalesce(b.content_type, 'NULL'), convert_from(b.body, 'UTF8'),
+		       b.headers->'Etag'->>0, (SELECT count(*) FROM deliveries d WHERE d.campaign = $1 AND d.url_id = b.url_id AND d.processor = 'p')
+		FROM page_bodies b JOIN frontier f ON f.id = b.url_id WHERE b.campaign = $1 ORDER BY b.url_id`, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var (
+			id             int64
+			pageOK         bool
+			ctype, body    string
+			etag           *string
+			deliveredTimes int
+		)
+		if err := rows.Scan(&id, &pageOK, &ctype, &body, &etag, &deliveredTimes); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%d url/depth %v type %s %q etag %v deliveries %d", id, pageOK, ctype, body, etag != nil, deliveredTimes))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		fmt.Sprintf("%d url/depth true type text/html %q etag true deliveries 1", all[0], fmt.Sprint("body ", all[0])),
+		fmt.Sprintf("%d url/depth true type NULL %q etag true deliveries 1", all[1], fmt.Sprint("body ", all[1])),
+		fmt.Sprintf("%d url/depth true type text/html %q etag true deliveries 1", all[2], fmt.Sprint("body ", all[2])),
+		fmt.Sprintf("%d url/depth false type NULL \"kept before\" etag false deliveries 1", all[3]),
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("kept bodies:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	var deliveries int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE campaign = $1`, key).Scan(&deliveries); err != nil || deliveries != 4 {
+		t.Errorf("%d deliveries (%v), want one for each of the 4 pages recorded", deliveries, err)
 	}
 }
