@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -356,5 +357,66 @@ func TestCommitKeepsTheBodiesOfThePagesItRecords(t *testing.T) {
 	var deliveries int
 	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE campaign = $1`, key).Scan(&deliveries); err != nil || deliveries != 4 {
 		t.Errorf("%d deliveries (%v), want one for each of the 4 pages recorded", deliveries, err)
+	}
+}
+
+// TestBodyStaysWhileAnotherProcessorWaits: storing one processor's batch
+// drops the bodies of its pages that no other processor waits for, and
+// keeps those another processor's batch holds or has still to lease.
+func TestBodyStaysWhileAnotherProcessorWaits(t *testing.T) {
+	bothLeaseKinds(t, testBodyStaysWhileAnotherProcessorWaits)
+}
+
+func testBodyStaysWhileAnotherProcessorWaits(t *testing.T, held bool) {
+	s := harness.OpenStore(t)
+	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 2)
+	queueForProcessor(t, s, key)
+	if _, err := s.Pool().Exec(ctx, `
+		INSERT INTO deliveries (campaign, processor, url_id) SELECT campaign, 'q', id FROM frontier WHERE campaign = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	leaseAndStore := func(processor string, seq int64, max int, storeToo bool) []int64 {
+		t.Helper()
+		l := store.Lease{CampaignKey: key, CampaignID: "c", Processor: processor, ID: 3<<32 | seq, Held: held}
+		lease, err := s.LeaseDeliveries(ctx, l, max, 1<<10, 1<<20, 100)
+		if err != nil || len(lease.Pages) != max {
+			t.Fatalf("lease for %s: %d pages, %v: want %d", processor, len(lease.Pages), err, max)
+		}
+		var results []store.Processed
+		var ids []int64
+		for _, p := range lease.Pages {
+			results, ids = append(results, store.Processed{ID: p.ID}), append(ids, p.ID)
+		}
+		if storeToo {
+			if n, err := s.StoreProcessed(ctx, l, results); err != nil || n != max {
+				t.Fatalf("store for %s: %d pages, %v: want %d", processor, n, err, max)
+			}
+		}
+		return ids
+	}
+	bodies := func() []int64 {
+		t.Helper()
+		var ids []int64
+		if err := s.Pool().QueryRow(ctx, `SELECT coalesce(array_agg(url_id ORDER BY url_id), '{}') FROM page_bodies WHERE campaign = $1`, key).Scan(&ids); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	qFirst := leaseAndStore("q", 1, 1, false) // out, not yet stored
+	pages := leaseAndStore("p", 1, 2, true)
+	if got := bodies(); fmt.Sprint(got) != fmt.Sprint(pages) {
+		t.Fatalf("after p's batch: bodies %v kept, want both %v (one in q's batch, one waiting for q)", got, pages)
+	}
+	l := store.Lease{CampaignKey: key, CampaignID: "c", Processor: "q", ID: 3<<32 | 1, Held: held}
+	if n, err := s.StoreProcessed(ctx, l, []store.Processed{{ID: qFirst[0]}}); err != nil || n != 1 {
+		t.Fatalf("store q's first batch: %d, %v", n, err)
+	}
+	rest := slices.DeleteFunc(slices.Clone(pages), func(id int64) bool { return id == qFirst[0] })
+	if got := bodies(); fmt.Sprint(got) != fmt.Sprint(rest) {
+		t.Fatalf("after q's first batch: bodies %v kept, want %v (waiting for q)", got, rest)
+	}
+	leaseAndStore("q", 2, 1, true)
+	if got := bodies(); len(got) != 0 {
+		t.Errorf("after every batch: bodies %v kept, want none", got)
 	}
 }
