@@ -1,6 +1,8 @@
 package store_test
 
 import (
+	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -357,6 +359,78 @@ func TestCommitKeepsTheBodiesOfThePagesItRecords(t *testing.T) {
 	var deliveries int
 	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE campaign = $1`, key).Scan(&deliveries); err != nil || deliveries != 4 {
 		t.Errorf("%d deliveries (%v), want one for each of the 4 pages recorded", deliveries, err)
+	}
+}
+
+// TestLargeBodiesAreKeptCompressed: a body over Postgres's 2 KB
+// threshold is kept compressed with lz4 when it compresses (migration
+// 0018), inline or in TOAST, one under it or one that does not compress
+// as it came; each reads back as it was fetched.
+func TestLargeBodiesAreKeptCompressed(t *testing.T) {
+	s := harness.OpenStore(t)
+	key := newCampaign(t, s, "http://a.test/")
+	n1 := holder(t, s, "n1", "1")
+	if _, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/small", "http://a.test/medium", "http://a.test/large", "http://a.test/random")); err != nil {
+		t.Fatal(err)
+	}
+	l := leaseAll(t, s, key, 10, 10)
+	all := ids(l)
+	if claimed, err := s.Claim(ctx, key, l.LeaseID, all, n1, "n1", time.Minute); err != nil || len(claimed) != len(all) {
+		t.Fatalf("claimed %d (%v)", len(claimed), err)
+	}
+	html := func(size int) []byte {
+		var b bytes.Buffer
+		b.WriteString("<!doctype html><html><body><ul>\n")
+		for i := 0; b.Len() < size; i++ {
+			fmt.Fprintf(&b, "<li><a href=\"/item/%d.html\" class=\"item\">Item %d</a> <span class=\"price\">%d.99</span></li>\n", i, i, i%97)
+		}
+		return b.Bytes()
+	}
+	noise := make([]byte, 6000)
+	if _, err := rand.Read(noise); err != nil {
+		t.Fatal(err)
+	}
+	bodies := map[int64][]byte{all[0]: html(1000), all[1]: html(5000), all[2]: html(200_000), all[3]: noise}
+	var outcomes []store.Outcome
+	for _, id := range all {
+		outcomes = append(outcomes, store.Outcome{ID: id, State: store.Fetched, Attempted: true, Status: 200,
+			Page: &store.Page{Status: 200, ContentType: "text/html", FetchedAt: time.Now()},
+			Body: &store.PageBody{Processors: []string{"p"}, FinalURL: "http://a.test/", Status: 200,
+				Header: http.Header{"Etag": {"x"}}, ContentType: "text/html", FetchedAt: time.Now(), Body: bodies[id]}})
+	}
+	if res, err := s.Commit(ctx, key, n1, "n1", outcomes, nil); err != nil || len(res.Accepted) != len(all) {
+		t.Fatalf("commit accepted %v (%v), want %d pages", res.Accepted, err, len(all))
+	}
+	rows, err := s.Pool().Query(ctx, `
+		SELECT url_id, coalesce(pg_column_compression(body), 'none'), token FROM page_bodies WHERE campaign = $1 ORDER BY url_id`, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	tokens := map[int64]string{}
+	for rows.Next() {
+		var (
+			id                 int64
+			compression, token string
+		)
+		if err := rows.Scan(&id, &compression, &token); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, compression)
+		tokens[id] = token
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// small, medium, large, random
+	if want := []string{"none", "lz4", "lz4", "none"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("bodies kept compressed as %v, want %v", got, want)
+	}
+	for _, id := range all {
+		body, _, err := s.Body(ctx, tokens[id])
+		if err != nil || !bytes.Equal(body, bodies[id]) {
+			t.Errorf("page %d: body of %d bytes read back as %d (%v)", id, len(bodies[id]), len(body), err)
+		}
 	}
 }
 
