@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -344,7 +345,7 @@ func printEventTypes(ctx context.Context, c client.Client, id string) {
 	var walk func(id, run, prefix string)
 	walk = func(id, run, prefix string) {
 		for _, e := range history(ctx, c, id, run) {
-			counts[prefix+e.GetEventType().String()]++
+			counts[prefix+e.GetEventType().String()+markerKind(e)]++
 			if a := e.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
 				walk(a.GetWorkflowExecution().GetWorkflowId(), a.GetWorkflowExecution().GetRunId(), "child ")
 			}
@@ -354,6 +355,27 @@ func printEventTypes(ctx context.Context, c client.Client, id string) {
 	for _, k := range slices.Sorted(maps.Keys(counts)) {
 		fmt.Printf("        %6d %s\n", counts[k], k)
 	}
+}
+
+// markerKind names a local activity's marker by its activity type, and a
+// processor's lease by whether it took pages: " LeaseDeliveries (empty)".
+func markerKind(e *historypb.HistoryEvent) string {
+	a := e.GetMarkerRecordedEventAttributes()
+	if a == nil || a.GetMarkerName() != "LocalActivity" {
+		return ""
+	}
+	var data struct{ ActivityType string }
+	if p := a.GetDetails()["data"].GetPayloads(); len(p) > 0 {
+		json.Unmarshal(p[0].GetData(), &data)
+	}
+	kind := " " + data.ActivityType
+	if data.ActivityType == campaign.LeaseDeliveriesActivity {
+		var lease campaign.DeliveryLease
+		if p := a.GetDetails()["result"].GetPayloads(); len(p) > 0 && json.Unmarshal(p[0].GetData(), &lease) == nil && len(lease.IDs) == 0 {
+			kind += " (empty)"
+		}
+	}
+	return kind
 }
 
 // printTail prints when the crawl fetched its last page, beside when the
