@@ -18,6 +18,17 @@ import (
 
 // Delivery states: a page a processor wants is pending, then leased to a
 // batch of the campaign workflow, then done or failed.
+//
+// Each page a processor wants costs a deliveries row beside its body:
+// written with the body, deleted by the lease that takes it. A campaign
+// with one processor could do without it, a body held by no batch being
+// the page pending; tried and measured, it was no cheaper. The bodies
+// are wide rows, read past in page order with the dead and the held
+// ones until a vacuum comes: in 100,000-page crawls of 1 KB pages, each
+// lease took 17 ms and each count of the pages waiting 10-14 ms (4.7-5.4 s
+// of statement time in all, against 4.8 s for the deliveries rows' copy,
+// lease, count and analyze), and the crawl was no faster: 0.83 of one
+// without a processor over two pairs, 0.84 with the rows in one.
 const (
 	DeliveryPending = "pending"
 	DeliveryLeased  = "leased"
