@@ -27,8 +27,9 @@ import (
 // ones until a vacuum comes: in 100,000-page crawls of 1 KB pages, each
 // lease took 17 ms and each count of the pages waiting 10-14 ms (4.7-5.4 s
 // of statement time in all, against 4.8 s for the deliveries rows' copy,
-// lease, count and analyze), and the crawl was no faster: 0.83 of one
-// without a processor over two pairs, 0.84 with the rows in one.
+// lease, count and analyze), and the crawl was no faster: 0.83 of a
+// crawl without a processor (median of two pairs), against 0.84 with the
+// deliveries rows (one pair).
 const (
 	DeliveryPending = "pending"
 	DeliveryLeased  = "leased"
