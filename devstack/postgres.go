@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -273,16 +272,6 @@ func chownTree(dir string, uid, gid int) error {
 		}
 		return os.Lchown(path, uid, gid)
 	})
-}
-
-// FreePort asks the kernel for a free TCP port on 127.0.0.1.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // RepoRoot walks up from the working directory to the directory holding

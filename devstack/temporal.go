@@ -1,6 +1,7 @@
 package devstack
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -91,7 +94,25 @@ func StartTemporal(ctx context.Context, opts TemporalOptions) (*Temporal, error)
 	return t, t.start(ctx)
 }
 
+// startAttempts bounds how often start tries again after the server died
+// while starting. The dev server picks its history, matching and worker
+// ports itself, and one of them can be taken by the time it listens; it then
+// logs the failure and panics (exit status 2). A second start picks again.
+const startAttempts = 3
+
 func (t *Temporal) start(ctx context.Context) error {
+	var err error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		var died *diedStarting
+		if err = t.startOnce(ctx); !errors.As(err, &died) {
+			return err
+		}
+		err = fmt.Errorf("%w (attempt %d of %d)", err, attempt, startAttempts)
+	}
+	return err
+}
+
+func (t *Temporal) startOnce(ctx context.Context) error {
 	httpPort, err := FreePort()
 	if err != nil {
 		return err
@@ -121,14 +142,36 @@ func (t *Temporal) start(ctx context.Context) error {
 	cmd := exec.Command(t.opts.Bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	DieWithParent(cmd, syscall.SIGKILL)
-	cmd.Stdout, cmd.Stderr = t.opts.Output, t.opts.Output
+	head := &headWriter{max: 16 << 10}
+	out := io.MultiWriter(t.opts.Output, head)
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start temporal dev server (%s): %w", t.opts.Bin, err)
 	}
 	t.cmd = cmd
 	t.done = make(chan error, 1)
 	go func() { t.done <- cmd.Wait() }()
-	return t.waitReady(ctx)
+	err = t.waitReady(ctx)
+	if died := (*diedStarting)(nil); errors.As(err, &died) {
+		t.cmd = nil
+		died.said = head.failures()
+	}
+	return err
+}
+
+// diedStarting is a dev server that exited before it answered.
+type diedStarting struct {
+	port int
+	exit error
+	said string // the lines of its output that say why, if any
+}
+
+func (e *diedStarting) Error() string {
+	msg := fmt.Sprintf("temporal dev server on port %d exited during start-up: %v", e.port, e.exit)
+	if e.said == "" {
+		return msg + " (is the port free?)"
+	}
+	return msg + "; it said: " + e.said
 }
 
 func (t *Temporal) waitReady(ctx context.Context) error {
@@ -146,7 +189,7 @@ func (t *Temporal) waitReady(ctx context.Context) error {
 		}
 		select {
 		case werr := <-t.done:
-			return fmt.Errorf("temporal dev server on port %d exited during start-up: %v (is the port free?)", t.opts.Port, werr)
+			return &diedStarting{port: t.opts.Port, exit: werr}
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
@@ -155,6 +198,40 @@ func (t *Temporal) waitReady(ctx context.Context) error {
 			return fmt.Errorf("temporal dev server on port %d not ready after 90s: %w", t.opts.Port, err)
 		}
 	}
+}
+
+// headWriter keeps the first max bytes written to it: a server that dies
+// while starting says why near the top (an error line, then a panic).
+type headWriter struct {
+	mu  sync.Mutex
+	max int
+	buf bytes.Buffer
+}
+
+func (h *headWriter) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if room := h.max - h.buf.Len(); room > 0 {
+		h.buf.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// failures is the error and panic lines, at most five, joined by " | ".
+func (h *headWriter) failures() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var lines []string
+	for line := range strings.Lines(h.buf.String()) {
+		line = strings.TrimSpace(line)
+		if strings.Contains(line, "level=ERROR") || strings.HasPrefix(line, "panic:") || strings.HasPrefix(line, "Error:") {
+			lines = append(lines, line)
+		}
+		if len(lines) == 5 {
+			break
+		}
+	}
+	return strings.Join(lines, " | ")
 }
 
 var quiet = slog.New(slog.DiscardHandler)
