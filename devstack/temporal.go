@@ -151,8 +151,8 @@ func (t *Temporal) startOnce(ctx context.Context) error {
 	t.cmd = cmd
 	t.done = make(chan error, 1)
 	go func() { t.done <- cmd.Wait() }()
-	err = t.waitReady(ctx)
-	if died := (*diedStarting)(nil); errors.As(err, &died) {
+	var died *diedStarting
+	if err = t.waitReady(ctx); errors.As(err, &died) {
 		t.cmd = nil
 		died.said = head.failures()
 	}
