@@ -217,19 +217,28 @@ func (h *headWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// failures is the error and panic lines, at most five, joined by " | ".
+// failures is the error and panic lines, at most five, joined by " | ";
+// without any, the last line written. (The CLI logs its errors at level
+// ERROR once its logger is set up, and prints them bare before that.)
 func (h *headWriter) failures() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var lines []string
+	last := ""
 	for line := range strings.Lines(h.buf.String()) {
 		line = strings.TrimSpace(line)
-		if strings.Contains(line, "level=ERROR") || strings.HasPrefix(line, "panic:") || strings.HasPrefix(line, "Error:") {
+		if line != "" {
+			last = line
+		}
+		if strings.Contains(line, "level=ERROR") || strings.HasPrefix(line, "panic:") {
 			lines = append(lines, line)
 		}
 		if len(lines) == 5 {
 			break
 		}
+	}
+	if len(lines) == 0 {
+		return last
 	}
 	return strings.Join(lines, " | ")
 }

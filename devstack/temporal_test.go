@@ -69,3 +69,23 @@ func temporalBin(t *testing.T) string {
 	}
 	return bin
 }
+
+// A server that fails before its logger is set up prints its error bare:
+// the error carries that line.
+func TestTemporalBareFailureIsCarried(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "temporal")
+	body := "#!/bin/sh\necho 'unknown flag: --no-such-flag' >&2\nexit 1\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := StartTemporal(ctx, TemporalOptions{Bin: script, UIPort: -1})
+	if err == nil {
+		srv.Stop()
+		t.Fatal("a server that exited at once started")
+	}
+	if !strings.Contains(err.Error(), "it said: unknown flag: --no-such-flag") {
+		t.Fatalf("error does not carry the server's bare line: %v", err)
+	}
+}
