@@ -449,7 +449,7 @@ func serveBodies(st *store.Store, w http.ResponseWriter, r *http.Request) {
 
 // forProcessors is what a fetched page keeps for the processors that want
 // it, or nil when none does.
-func (r *rules) forProcessors(self crawl.URL, resp *fetch.Response, at time.Time) *store.PageBody {
+func (r *rules) forProcessors(c *store.ClaimedURL, self crawl.URL, resp *fetch.Response, at time.Time) *store.PageBody {
 	var names []string
 	for i := range r.filters {
 		if r.filters[i].Wants(self.String, resp.Status, resp.Header.Get("Content-Type")) {
@@ -466,7 +466,7 @@ func (r *rules) forProcessors(self crawl.URL, resp *fetch.Response, at time.Time
 		header.Del(h)
 	}
 	return &store.PageBody{
-		Processors: names, FinalURL: self.Linked(), Status: resp.Status, Header: header,
+		Processors: names, URL: c.URL, Depth: c.Depth, FinalURL: self.Linked(), Status: resp.Status, Header: header,
 		ContentType: resp.Header.Get("Content-Type"), FetchedAt: at, Body: resp.Body,
 	}
 }

@@ -1033,7 +1033,7 @@ func runLifecycle(ctx context.Context, s *store.Store, pages int, processor bool
 					Page: &store.Page{Status: 200, ContentType: "text/html", ContentLength: 20_000, Links: linksPerPage,
 						Title: "a page", FetchedAt: time.Now(), Duration: 80 * time.Millisecond}})
 				if processor {
-					outcomes[len(outcomes)-1].Body = &store.PageBody{Processors: []string{noopProcessor.Name}, FinalURL: "http://x.test/",
+					outcomes[len(outcomes)-1].Body = &store.PageBody{Processors: []string{noopProcessor.Name}, URL: c.URL, Depth: c.Depth, FinalURL: "http://x.test/",
 						Status: 200, Header: http.Header{"Content-Type": {"text/html"}, "Etag": {`"x"`}}, ContentType: "text/html",
 						FetchedAt: time.Now(), Body: body}
 				}

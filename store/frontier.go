@@ -631,7 +631,7 @@ type Outcome struct {
 	// Page is the record of a Fetched URL.
 	Page *Page
 	// Body, on a Fetched URL that processors want, is kept for them with
-	// one delivery per processor, in the same statement as the outcome.
+	// one delivery per processor, in the same transaction as the outcome.
 	Body *PageBody
 }
 

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -40,7 +41,10 @@ const (
 // PageBody is what processors get of a fetched page, kept with its
 // deliveries until every processor named has taken it.
 type PageBody struct {
-	Processors  []string
+	Processors []string
+	// URL and Depth are the frontier's, of the URL fetched.
+	URL         string
+	Depth       int
 	FinalURL    string
 	Status      int
 	Header      http.Header
@@ -52,13 +56,13 @@ type PageBody struct {
 // bodyRows are the columns of the page_bodies and deliveries a commit
 // writes, beside its outcomes (see recordOutcomes).
 type bodyRows struct {
-	ids                               []int64
-	final, headers, ctype, sha, token []string
-	status                            []int32
-	at                                []time.Time
-	body                              [][]byte
-	dIDs                              []int64
-	dProc                             []string
+	ids                                    []int64
+	url, final, headers, ctype, sha, token []string
+	status, depth                          []int32
+	at                                     []time.Time
+	body                                   [][]byte
+	dIDs                                   []int64
+	dProc                                  []string
 }
 
 func (b *bodyRows) add(id int64, p *PageBody) error {
@@ -72,6 +76,8 @@ func (b *bodyRows) add(id int64, p *PageBody) error {
 	}
 	sum := sha256.Sum256(p.Body)
 	b.ids = append(b.ids, id)
+	b.url = append(b.url, p.URL)
+	b.depth = append(b.depth, int32(p.Depth))
 	b.final = append(b.final, p.FinalURL)
 	b.status = append(b.status, int32(p.Status))
 	b.headers = append(b.headers, string(h))
@@ -87,63 +93,78 @@ func (b *bodyRows) add(id int64, p *PageBody) error {
 	return nil
 }
 
-// commit records a commit's outcomes in tx (outcomesSQL with args, $1
-// being the campaign), then copies in the bodies and deliveries of the
-// pages it recorded, and says which it recorded. COPY where an INSERT
-// from arrays was: measured on 60,000 bodies of 2 KB, that took Postgres
-// 1.7-2.4 s of CPU against COPY's 0.45 s, and the node re-grew its
-// parameter buffer to the bodies' size for every commit. A body kept
-// already fails the copy (see recordOutcomes).
+// commit copies a commit's bodies and deliveries into tx, then records
+// its outcomes (outcomesSQL with args, $1 being the campaign) and says
+// which it recorded; the bodies of the others (their URLs no longer held
+// by this holder) are deleted again. Outcomes go last because their
+// update locks the URLs' frontier rows until the commit, and every
+// concurrent insert of a link to one of them waits for that. Copied after
+// the update, the bodies held those rows for the whole copy: in a
+// 100,000-page crawl with a no-op processor, the link inserts took 38.9 s
+// of statement time against 25.2 s without a processor; copied first,
+// 24.8 s against 25.9 s. Rows go in in id order, so two commits copying
+// the same pages (a batch rerouted under a slow one) wait on each other
+// in one order, not in a deadlock.
+//
+// COPY where an INSERT from arrays was: measured on 60,000 bodies of
+// 2 KB, that took Postgres 1.7-2.4 s of CPU against COPY's 0.45 s, and
+// the node re-grew its parameter buffer to the bodies' size for every
+// commit. A body kept already fails the copy (see recordOutcomes).
 func (b *bodyRows) commit(ctx context.Context, tx pgx.Tx, args []any) (map[int64]bool, error) {
-	type page struct {
-		url   string
-		depth int32
-	}
-	recorded := map[int64]page{}
-	rows, err := tx.Query(ctx, outcomesSQL+` SELECT id, url, depth FROM u`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("record outcomes: %w", err)
-	}
-	var (
-		id int64
-		p  page
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&id, &p.url, &p.depth}, func() error { recorded[id] = p; return nil }); err != nil {
-		return nil, fmt.Errorf("record outcomes: %w", err)
-	}
 	campaignKey := args[0]
-	var bodies, deliveries [][]any
-	for i, id := range b.ids {
-		if p, ok := recorded[id]; ok {
-			var ctype any // NULL when none, as the pages table keeps it
-			if b.ctype[i] != "" {
-				ctype = b.ctype[i]
-			}
-			bodies = append(bodies, []any{id, campaignKey, p.url, p.depth, b.final[i], b.status[i], b.headers[i], ctype,
-				b.at[i], b.body[i], b.sha[i], b.token[i]})
-		}
+	order := make([]int, len(b.ids))
+	for i := range order {
+		order[i] = i
 	}
+	slices.SortFunc(order, func(i, j int) int { return cmp.Compare(b.ids[i], b.ids[j]) })
+	bodies := make([][]any, 0, len(b.ids))
+	for _, i := range order {
+		var ctype, url, depth any // NULL when none: ctype as the pages table keeps it, url and depth read from the frontier
+		if b.ctype[i] != "" {
+			ctype = b.ctype[i]
+		}
+		if b.url[i] != "" {
+			url, depth = b.url[i], b.depth[i]
+		}
+		bodies = append(bodies, []any{b.ids[i], campaignKey, url, depth, b.final[i], b.status[i], b.headers[i],
+			ctype, b.at[i], b.body[i], b.sha[i], b.token[i]})
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"page_bodies"},
+		[]string{"url_id", "campaign", "url", "depth", "final_url", "status", "headers", "content_type", "fetched_at", "body", "sha256", "token"},
+		pgx.CopyFromRows(bodies)); err != nil {
+		return nil, fmt.Errorf("copy page bodies: %w", err)
+	}
+	deliveries := make([][]any, len(b.dIDs))
 	for i, id := range b.dIDs {
-		if _, ok := recorded[id]; ok {
-			deliveries = append(deliveries, []any{campaignKey, id, b.dProc[i]})
-		}
+		deliveries[i] = []any{campaignKey, id, b.dProc[i]}
 	}
-	if len(bodies) > 0 {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"page_bodies"},
-			[]string{"url_id", "campaign", "url", "depth", "final_url", "status", "headers", "content_type", "fetched_at", "body", "sha256", "token"},
-			pgx.CopyFromRows(bodies)); err != nil {
-			return nil, fmt.Errorf("copy page bodies: %w", err)
-		}
-	}
+	slices.SortFunc(deliveries, func(x, y []any) int {
+		return cmp.Or(cmp.Compare(x[1].(int64), y[1].(int64)), cmp.Compare(x[2].(string), y[2].(string)))
+	})
 	if len(deliveries) > 0 {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"deliveries"}, []string{"campaign", "url_id", "processor"},
 			pgx.CopyFromRows(deliveries)); err != nil {
 			return nil, fmt.Errorf("copy deliveries: %w", err)
 		}
 	}
-	accepted := make(map[int64]bool, len(recorded))
-	for id := range recorded {
-		accepted[id] = true
+	accepted, err := readAccepted(tx.Query(ctx, outcomesSQL+` SELECT id FROM u`, args...))
+	if err != nil {
+		return nil, err
+	}
+	var lost []int64
+	for _, id := range b.ids {
+		if !accepted[id] {
+			lost = append(lost, id)
+		}
+	}
+	if len(lost) > 0 {
+		// The copies succeeded, so no row of these pages was there
+		// before them: every one of them is this commit's.
+		if _, err := tx.Exec(ctx, `
+			WITH d AS (DELETE FROM deliveries WHERE campaign = $1 AND url_id = ANY($2))
+			DELETE FROM page_bodies WHERE campaign = $1 AND url_id = ANY($2)`, campaignKey, lost); err != nil {
+			return nil, fmt.Errorf("delete the bodies of pages no longer held: %w", err)
+		}
 	}
 	return accepted, nil
 }

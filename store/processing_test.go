@@ -298,13 +298,18 @@ func TestCommitKeepsTheBodiesOfThePagesItRecords(t *testing.T) {
 	}
 	l := leaseAll(t, s, key, 10, 10)
 	all := ids(l)
-	if claimed, err := s.Claim(ctx, key, l.LeaseID, all[:4], n1, "n1", time.Minute); err != nil || len(claimed) != 4 {
+	claimed, err := s.Claim(ctx, key, l.LeaseID, all[:4], n1, "n1", time.Minute)
+	if err != nil || len(claimed) != 4 {
 		t.Fatalf("claimed %d (%v)", len(claimed), err)
 	}
 	fetched := func(id int64, ctype string) store.Outcome {
+		var c store.ClaimedURL
+		if i := slices.IndexFunc(claimed, func(c store.ClaimedURL) bool { return c.ID == id }); i >= 0 {
+			c = claimed[i]
+		}
 		return store.Outcome{ID: id, State: store.Fetched, Attempted: true, Status: 200,
 			Page: &store.Page{Status: 200, ContentType: ctype, FetchedAt: time.Now()},
-			Body: &store.PageBody{Processors: []string{"p"}, FinalURL: "http://final.test/", Status: 200,
+			Body: &store.PageBody{Processors: []string{"p"}, URL: c.URL, Depth: c.Depth, FinalURL: "http://final.test/", Status: 200,
 				Header: http.Header{"Etag": {"x"}}, ContentType: ctype, FetchedAt: time.Now(), Body: []byte(fmt.Sprint("body ", id))}}
 	}
 	commit := func(want int, outcomes ...store.Outcome) {
