@@ -112,13 +112,8 @@ func (b *bodyRows) add(id int64, p *PageBody) error {
 // commit. A body kept already fails the copy (see recordOutcomes).
 func (b *bodyRows) commit(ctx context.Context, tx pgx.Tx, args []any) (map[int64]bool, error) {
 	campaignKey := args[0]
-	order := make([]int, len(b.ids))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(i, j int) int { return cmp.Compare(b.ids[i], b.ids[j]) })
-	bodies := make([][]any, 0, len(b.ids))
-	for _, i := range order {
+	bodies := make([][]any, len(b.ids))
+	for i, id := range b.ids {
 		var ctype, url, depth any // NULL when none: ctype as the pages table keeps it, url and depth read from the frontier
 		if b.ctype[i] != "" {
 			ctype = b.ctype[i]
@@ -126,23 +121,25 @@ func (b *bodyRows) commit(ctx context.Context, tx pgx.Tx, args []any) (map[int64
 		if b.url[i] != "" {
 			url, depth = b.url[i], b.depth[i]
 		}
-		bodies = append(bodies, []any{b.ids[i], campaignKey, url, depth, b.final[i], b.status[i], b.headers[i],
-			ctype, b.at[i], b.body[i], b.sha[i], b.token[i]})
+		bodies[i] = []any{id, campaignKey, url, depth, b.final[i], b.status[i], b.headers[i],
+			ctype, b.at[i], b.body[i], b.sha[i], b.token[i]}
 	}
+	deliveries := make([][]any, len(b.dIDs))
+	for i, id := range b.dIDs {
+		deliveries[i] = []any{id, campaignKey, b.dProc[i]}
+	}
+	// Both lead with url_id: in id order (a page's deliveries in the order
+	// its processors are named, the same at every node).
+	byPage := func(x, y []any) int { return cmp.Compare(x[0].(int64), y[0].(int64)) }
+	slices.SortFunc(bodies, byPage)
+	slices.SortStableFunc(deliveries, byPage)
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"page_bodies"},
 		[]string{"url_id", "campaign", "url", "depth", "final_url", "status", "headers", "content_type", "fetched_at", "body", "sha256", "token"},
 		pgx.CopyFromRows(bodies)); err != nil {
 		return nil, fmt.Errorf("copy page bodies: %w", err)
 	}
-	deliveries := make([][]any, len(b.dIDs))
-	for i, id := range b.dIDs {
-		deliveries[i] = []any{campaignKey, id, b.dProc[i]}
-	}
-	slices.SortFunc(deliveries, func(x, y []any) int {
-		return cmp.Or(cmp.Compare(x[1].(int64), y[1].(int64)), cmp.Compare(x[2].(string), y[2].(string)))
-	})
 	if len(deliveries) > 0 {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"deliveries"}, []string{"campaign", "url_id", "processor"},
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"deliveries"}, []string{"url_id", "campaign", "processor"},
 			pgx.CopyFromRows(deliveries)); err != nil {
 			return nil, fmt.Errorf("copy deliveries: %w", err)
 		}
