@@ -739,7 +739,7 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 		pNoIndex, pNoFollow, pNoArchive, pCanonical, pCharset}
 	var res CommitResult
 	err := s.retry(ctx, func() (err error) {
-		if len(bodies.ids) == 0 { // one statement, so atomic without a transaction round trip
+		if bodies.empty() { // one statement, so atomic without a transaction round trip
 			res.Accepted, err = readAccepted(s.pool.Query(ctx, outcomesSQL+` SELECT id FROM u`, args...))
 			return err
 		}
@@ -750,11 +750,17 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 	})
 	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == uniqueViolation {
 		// A body or delivery was kept already (none should be): record
-		// the commit as before bodies were copied, skipping those.
-		err = s.retry(ctx, func() (err error) {
-			res.Accepted, err = readAccepted(s.pool.Query(ctx, outcomesSQL+bodiesSQL+` SELECT id FROM u`,
-				append(args, bodies.args()...)...))
-			return err
+		// the commit as before bodies were copied, skipping those, and
+		// then the chunks of the pages recorded.
+		err = s.retry(ctx, func() error {
+			return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
+				res.Accepted, err = readAccepted(tx.Query(ctx, outcomesSQL+bodiesSQL+` SELECT id FROM u`,
+					append(args, bodies.args()...)...))
+				if err == nil {
+					_, err = bodies.writeChunks(ctx, tx, campaignKey, res.Accepted)
+				}
+				return err
+			})
 		})
 	}
 	if err != nil {

@@ -20,17 +20,21 @@ import (
 // Delivery states: a page a processor wants is pending, then leased to a
 // batch of the campaign workflow, then done or failed.
 //
-// Each page a processor wants costs a deliveries row beside its body:
-// written with the body, deleted by the lease that takes it. A campaign
-// with one processor could do without it, a body held by no batch being
-// the page pending; tried and measured, it was no cheaper. The bodies
-// are wide rows, read past in page order with the dead and the held
-// ones until a vacuum comes: in 100,000-page crawls of 1 KB pages, each
-// lease took 17 ms and each count of the pages waiting 10-14 ms (4.7-5.4 s
-// of statement time in all, against 4.8 s for the deliveries rows' copy,
-// lease, count and analyze), and the crawl was no faster: 0.83 of a
-// crawl without a processor (median of two pairs), against 0.84 with the
-// deliveries rows (one pair).
+// From processors version 8 the pending pages are kept in chunks, a
+// commit's in a row (chunks.go). Before it, each page a processor wants
+// cost a deliveries row beside its page_bodies row: written with the
+// body, deleted by the lease that takes it; such rows (of runs before
+// version 8, or written by nodes not yet upgraded) are still delivered,
+// before any chunk. A campaign with one processor could do without the
+// deliveries row, a body held by no batch being the page pending; tried
+// and measured, it was no cheaper. The bodies are wide rows, read past
+// in page order with the dead and the held ones until a vacuum comes: in
+// 100,000-page crawls of 1 KB pages, each lease took 17 ms and each count
+// of the pages waiting 10-14 ms (4.7-5.4 s of statement time in all,
+// against 4.8 s for the deliveries rows' copy, lease, count and
+// analyze), and the crawl was no faster: 0.83 of a crawl without a
+// processor (median of two pairs), against 0.84 with the deliveries rows
+// (one pair).
 const (
 	DeliveryPending = "pending"
 	DeliveryLeased  = "leased"
@@ -51,10 +55,13 @@ type PageBody struct {
 	ContentType string
 	FetchedAt   time.Time
 	Body        []byte
+	// Chunked keeps the page in a chunk of its commit (processors version
+	// 8, see chunks.go), not in a page_bodies row.
+	Chunked bool
 }
 
 // bodyRows are the columns of the page_bodies and deliveries a commit
-// writes, beside its outcomes (see recordOutcomes).
+// writes, beside its outcomes (see recordOutcomes), and its chunked pages.
 type bodyRows struct {
 	ids                                    []int64
 	url, final, headers, ctype, sha, token []string
@@ -63,18 +70,25 @@ type bodyRows struct {
 	body                                   [][]byte
 	dIDs                                   []int64
 	dProc                                  []string
+	chunked                                []chunkPage
 }
+
+func (b *bodyRows) empty() bool { return len(b.ids) == 0 && len(b.chunked) == 0 }
 
 func (b *bodyRows) add(id int64, p *PageBody) error {
 	h, err := json.Marshal(p.Header)
 	if err != nil {
 		return err
 	}
+	sum := sha256.Sum256(p.Body)
+	if p.Chunked {
+		b.addChunked(id, p, h, hex.EncodeToString(sum[:]))
+		return nil
+	}
 	tok, err := bodyToken(id)
 	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256(p.Body)
 	b.ids = append(b.ids, id)
 	b.url = append(b.url, p.URL)
 	b.depth = append(b.depth, int32(p.Depth))
@@ -93,12 +107,13 @@ func (b *bodyRows) add(id int64, p *PageBody) error {
 	return nil
 }
 
-// commit copies a commit's bodies and deliveries into tx, then records
-// its outcomes (outcomesSQL with args, $1 being the campaign) and says
-// which it recorded; the bodies of the others (their URLs no longer held
-// by this holder) are deleted again. Outcomes go last because their
-// update locks the URLs' frontier rows until the commit, and every
-// concurrent insert of a link to one of them waits for that. Copied after
+// commit copies a commit's bodies and deliveries into tx (its chunks
+// too), then records its outcomes (outcomesSQL with args, $1 being the
+// campaign) and says which it recorded; the bodies of the others (their
+// URLs no longer held by this holder) are deleted again, and taken out
+// of the chunks' deliveries. Outcomes go last because their update
+// locks the URLs' frontier rows until the commit, and every concurrent
+// insert of a link to one of them waits for that. Copied after
 // the update, the bodies held those rows for the whole copy: in a
 // 100,000-page crawl with a no-op processor, the link inserts took 38.9 s
 // of statement time against 25.2 s without a processor; copied first,
@@ -133,10 +148,12 @@ func (b *bodyRows) commit(ctx context.Context, tx pgx.Tx, args []any) (map[int64
 	byPage := func(x, y []any) int { return cmp.Compare(x[0].(int64), y[0].(int64)) }
 	slices.SortFunc(bodies, byPage)
 	slices.SortStableFunc(deliveries, byPage)
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"page_bodies"},
-		[]string{"url_id", "campaign", "url", "depth", "final_url", "status", "headers", "content_type", "fetched_at", "body", "sha256", "token"},
-		pgx.CopyFromRows(bodies)); err != nil {
-		return nil, fmt.Errorf("copy page bodies: %w", err)
+	if len(bodies) > 0 {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"page_bodies"},
+			[]string{"url_id", "campaign", "url", "depth", "final_url", "status", "headers", "content_type", "fetched_at", "body", "sha256", "token"},
+			pgx.CopyFromRows(bodies)); err != nil {
+			return nil, fmt.Errorf("copy page bodies: %w", err)
+		}
 	}
 	if len(deliveries) > 0 {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"deliveries"}, []string{"url_id", "campaign", "processor"},
@@ -144,14 +161,28 @@ func (b *bodyRows) commit(ctx context.Context, tx pgx.Tx, args []any) (map[int64
 			return nil, fmt.Errorf("copy deliveries: %w", err)
 		}
 	}
+	chunks, err := b.writeChunks(ctx, tx, campaignKey, nil)
+	if err != nil {
+		return nil, err
+	}
 	accepted, err := readAccepted(tx.Query(ctx, outcomesSQL+` SELECT id FROM u`, args...))
 	if err != nil {
 		return nil, err
 	}
-	var lost []int64
+	var lost, lostChunked []int64
 	for _, id := range b.ids {
 		if !accepted[id] {
 			lost = append(lost, id)
+		}
+	}
+	for _, p := range b.chunked {
+		if !accepted[p.ID] {
+			lostChunked = append(lostChunked, p.ID)
+		}
+	}
+	if len(lostChunked) > 0 {
+		if err := dropLostChunked(ctx, tx, campaignKey, chunks, lostChunked); err != nil {
+			return nil, err
 		}
 	}
 	if len(lost) > 0 {
@@ -230,16 +261,31 @@ func (s *Store) ReleaseDeliveries(ctx context.Context, campaignKey int64, proces
 		if err != nil {
 			return err
 		}
-		// Batches that held their pages put them back.
-		held, err := tx.Exec(ctx, `
+		// Batches that held their pages put them back: into deliveries
+		// rows, or into their chunks' (merged with what those still have).
+		held, err := tx.Query(ctx, `
 			WITH gone AS (
 				DELETE FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease >> 32 <> $3
-				RETURNING ids
+				RETURNING ids, chunks
+			), rows AS (
+				INSERT INTO deliveries (campaign, processor, url_id)
+				SELECT $1, $2, unnest(ids) FROM gone WHERE ids IS NOT NULL AND chunks IS NULL
+				ON CONFLICT DO NOTHING
+				RETURNING 1
+			), pages AS (
+				SELECT p.id, p.chunk FROM gone, unnest(gone.ids, gone.chunks) AS p(id, chunk) WHERE gone.chunks IS NOT NULL
+			), chunked AS (
+				INSERT INTO chunk_deliveries AS d (campaign, processor, chunk, ids)
+				SELECT $1, $2, chunk, array_agg(id ORDER BY id) FROM pages GROUP BY chunk
+				ON CONFLICT (campaign, processor, chunk) DO UPDATE
+				SET ids = ARRAY(SELECT DISTINCT x FROM unnest(d.ids || excluded.ids) x ORDER BY x)
 			)
-			INSERT INTO deliveries (campaign, processor, url_id)
-			SELECT $1, $2, unnest(ids) FROM gone WHERE ids IS NOT NULL
-			ON CONFLICT DO NOTHING`, campaignKey, processor, keepRun)
-		n = int(tag.RowsAffected() + held.RowsAffected())
+			SELECT (SELECT count(*) FROM rows) + (SELECT count(*) FROM pages)`, campaignKey, processor, keepRun)
+		if err != nil {
+			return err
+		}
+		back, err := pgx.CollectExactlyOneRow(held, pgx.RowTo[int64])
+		n = int(tag.RowsAffected() + back)
 		return err
 	})
 	if err != nil {
@@ -248,16 +294,17 @@ func (s *Store) ReleaseDeliveries(ctx context.Context, campaignKey int64, proces
 	return n, nil
 }
 
-// waitingSQL counts a processor's pages pending, up to $3. The order
-// keeps it on the index of pending rows: without it the planner, counting
-// on pending rows to be many, read the table from its start, where the
-// oldest rows are done (215 scans reading 7.2 million rows in a
-// 60,000-page crawl).
+// waitingSQL counts a processor's pages pending, up to $3: in deliveries
+// rows and in chunks (chunksWaitingSQL). The order keeps the first on
+// the index of pending rows: without it the planner, counting on pending
+// rows to be many, read the table from its start, where the oldest rows
+// are done (215 scans reading 7.2 million rows in a 60,000-page crawl).
 const waitingSQL = `
-	SELECT count(*) FROM (
-		SELECT 1 FROM deliveries
-		WHERE campaign = $1 AND processor = $2 AND state = 'pending'
-		ORDER BY url_id LIMIT $3) w`
+	SELECT least($3, (
+		SELECT count(*) FROM (
+			SELECT 1 FROM deliveries
+			WHERE campaign = $1 AND processor = $2 AND state = 'pending'
+			ORDER BY url_id LIMIT $3) w) + (` + chunksWaitingSQL + `))::int`
 
 // DeliveriesWaiting counts, up to countTo, a processor's pages pending.
 func (s *Store) DeliveriesWaiting(ctx context.Context, campaignKey int64, processor string, countTo int) (int, error) {
@@ -278,11 +325,11 @@ func (s *Store) LeaseDeliveries(ctx context.Context, l Lease, max int, inline, b
 	var out DeliveryLease
 	err := s.retryTx(ctx, func(tx pgx.Tx) error {
 		out = DeliveryLease{}
-		ids, _, err := leaseDeliveryIDs(ctx, tx, l, max)
+		ids, chunks, _, err := leaseDeliveryIDs(ctx, tx, l, max)
 		if err != nil {
 			return err
 		}
-		if out.Pages, err = leasedPages(ctx, tx, l.CampaignKey, ids, inline, batchBytes); err != nil {
+		if out.Pages, err = leasedPages(ctx, tx, l.CampaignKey, ids, chunks, inline, batchBytes); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, waitingSQL, l.CampaignKey, l.Processor, countTo).Scan(&out.Waiting)
@@ -309,7 +356,7 @@ func (s *Store) LeaseBatch(ctx context.Context, l Lease, max, countTo int) (Batc
 	err := s.retryTx(ctx, func(tx pgx.Tx) error {
 		out = BatchLease{}
 		var err error
-		if out.IDs, out.Token, err = leaseDeliveryIDs(ctx, tx, l, max); err != nil {
+		if out.IDs, _, out.Token, err = leaseDeliveryIDs(ctx, tx, l, max); err != nil {
 			return err
 		}
 		if len(out.IDs) > 0 && out.Token == "" {
@@ -352,9 +399,9 @@ func (s *Store) BatchByToken(ctx context.Context, token string, inline, batchByt
 	var b Batch
 	err := s.retryTx(ctx, func(tx pgx.Tx) error {
 		var lease int64
-		var ids []int64
-		err := tx.QueryRow(ctx, `SELECT campaign, campaign_id, processor, lease, ids FROM delivery_batches WHERE token = $1`, token).
-			Scan(&b.CampaignKey, &b.CampaignID, &b.Processor, &lease, &ids)
+		var ids, chunks []int64
+		err := tx.QueryRow(ctx, `SELECT campaign, campaign_id, processor, lease, ids, chunks FROM delivery_batches WHERE token = $1`, token).
+			Scan(&b.CampaignKey, &b.CampaignID, &b.Processor, &lease, &ids, &chunks)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNoBatch
 		}
@@ -369,7 +416,7 @@ func (s *Store) BatchByToken(ctx context.Context, token string, inline, batchByt
 		if len(ids) == 0 {
 			return ErrNoBatch
 		}
-		b.Pages, err = leasedPages(ctx, tx, b.CampaignKey, ids, inline, batchBytes)
+		b.Pages, err = leasedPages(ctx, tx, b.CampaignKey, ids, chunks, inline, batchBytes)
 		return err
 	})
 	if err != nil && !errors.Is(err, ErrNoBatch) {
@@ -385,11 +432,19 @@ const leasedIDsSQL = `
 
 // leaseDeliveryIDs leases up to max pending deliveries under l, or finds
 // those it holds already (a retried lease). A held lease names its batch
-// by token; the other kind has none until LeaseBatch makes one.
-func leaseDeliveryIDs(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids []int64, token string, err error) {
+// by token, and says the chunk of each page when its pages are chunked;
+// the other kind has no token until LeaseBatch makes one, and no chunks.
+func leaseDeliveryIDs(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids, chunks []int64, token string, err error) {
 	if l.Held {
 		return holdDeliveries(ctx, tx, l, max)
 	}
+	ids, token, err = markDeliveries(ctx, tx, l, max)
+	return ids, nil, token, err
+}
+
+// markDeliveries leases as leaseDeliveryIDs does for a lease that marks
+// its pages' rows leased (runs before processors version 4).
+func markDeliveries(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids []int64, token string, err error) {
 	// By ids, statement by statement: joined to the CTEs in one
 	// statement, the planner hashed the whole campaign's frontier and
 	// deliveries at every lease (14 ms a lease at 60,000 URLs).
@@ -411,17 +466,19 @@ func leaseDeliveryIDs(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids []i
 }
 
 // holdDeliveries leases as leaseDeliveryIDs does for a held lease: the
-// pages' deliveries rows go, and the batch's row keeps their ids.
+// pages' deliveries rows go, and the batch's row keeps their ids. Pages
+// in deliveries rows (kept by a node or run before chunks) go first;
+// when none is pending, pages in chunks (holdChunks).
 //
 // The pages to take are an array, found once: as a subquery joined to
 // the delete, they were taken again at each rescan (a lease of 3 took
 // all 6), and as a CTE the planner hashed the whole table to join them
 // (1.2 s for 120 leases of 500, against 0.45 s so).
-func holdDeliveries(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids []int64, token string, err error) {
-	err = tx.QueryRow(ctx, `SELECT token, ids FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease = $3`,
-		l.CampaignKey, l.Processor, l.ID).Scan(&token, &ids)
+func holdDeliveries(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids, chunks []int64, token string, err error) {
+	err = tx.QueryRow(ctx, `SELECT token, ids, chunks FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease = $3`,
+		l.CampaignKey, l.Processor, l.ID).Scan(&token, &ids, &chunks)
 	if !errors.Is(err, pgx.ErrNoRows) { // found (a retried lease), or failed
-		return ids, token, err
+		return ids, chunks, token, err
 	}
 	if ids, err = collectIDs(tx.Query(ctx, `
 		DELETE FROM deliveries
@@ -430,23 +487,32 @@ func holdDeliveries(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids []int
 			WHERE campaign = $1 AND processor = $2 AND state = 'pending'
 			ORDER BY url_id LIMIT $3
 			FOR UPDATE SKIP LOCKED))
-		RETURNING url_id`, l.CampaignKey, l.Processor, max)); err != nil || len(ids) == 0 {
-		return nil, "", err
+		RETURNING url_id`, l.CampaignKey, l.Processor, max)); err != nil {
+		return nil, nil, "", err
 	}
 	slices.Sort(ids)
+	if len(ids) == 0 {
+		if ids, chunks, err = holdChunks(ctx, tx, l, max); err != nil || len(ids) == 0 {
+			return nil, nil, "", err
+		}
+	}
 	if token, err = randomToken(); err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	_, err = tx.Exec(ctx, `
-		INSERT INTO delivery_batches (token, campaign, campaign_id, processor, lease, ids) VALUES ($1, $2, $3, $4, $5, $6)`,
-		token, l.CampaignKey, l.CampaignID, l.Processor, l.ID, ids)
-	return ids, token, err
+		INSERT INTO delivery_batches (token, campaign, campaign_id, processor, lease, ids, chunks) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		token, l.CampaignKey, l.CampaignID, l.Processor, l.ID, ids, chunks)
+	return ids, chunks, token, err
 }
 
 // leasedPages reads the pages of ids as processors get them, in id
 // order: a body up to inline bytes comes with its page while the bodies
-// so far stay within batchBytes; any other goes by its token.
-func leasedPages(ctx context.Context, tx pgx.Tx, campaignKey int64, ids []int64, inline, batchBytes int64) ([]LeasedPage, error) {
+// so far stay within batchBytes; any other goes by its token. Pages in
+// chunks are read from them (chunks[i] the chunk of ids[i]).
+func leasedPages(ctx context.Context, tx pgx.Tx, campaignKey int64, ids, chunks []int64, inline, batchBytes int64) ([]LeasedPage, error) {
+	if chunks != nil {
+		return chunkedPages(ctx, tx, campaignKey, ids, chunks, inline, batchBytes)
+	}
 	// page_bodies alone (see migration 0014): the frontier only for a body
 	// kept before it carried URL and depth.
 	rows, err := tx.Query(ctx, `
@@ -546,9 +612,10 @@ func (s *Store) StoreProcessed(ctx context.Context, l Lease, results []Processed
 	}
 	err = s.retryTx(ctx, func(tx pgx.Tx) error {
 		var held map[int64]bool
+		var chunks []int64
 		var err error
 		if l.Held {
-			held, err = recordHeld(ctx, tx, l, firsts)
+			held, err = recordHeld(ctx, tx, l, firsts, &chunks)
 		} else {
 			held, err = recordLeased(ctx, tx, l, firsts)
 		}
@@ -592,6 +659,9 @@ func (s *Store) StoreProcessed(ctx context.Context, l Lease, results []Processed
 				l.CampaignKey, l.Processor, iIDs, iSeq, iItem); err != nil {
 				return fmt.Errorf("items: %w", err)
 			}
+		}
+		if chunks != nil {
+			return dropChunks(ctx, tx, l.CampaignKey, distinct(chunks))
 		}
 		// A body goes once no delivery of its page waits: none pending or
 		// leased, none held by a batch. Only other processors' can: this
@@ -661,12 +731,13 @@ func recordLeased(ctx context.Context, tx pgx.Tx, l Lease, results []Processed) 
 // which it held: the batch's row goes (a store of the same batch beside
 // this one waits on it, then finds nothing), a failed page's delivery is
 // kept failed with its error, and the done pages are counted in
-// processed_batches.
-func recordHeld(ctx context.Context, tx pgx.Tx, l Lease, results []Processed) (map[int64]bool, error) {
+// processed_batches. chunks gets the chunk of each page held, for a
+// batch of chunked pages.
+func recordHeld(ctx context.Context, tx pgx.Tx, l Lease, results []Processed, chunks *[]int64) (map[int64]bool, error) {
 	var holds []int64
 	err := tx.QueryRow(ctx, `
-		DELETE FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease = $3 RETURNING ids`,
-		l.CampaignKey, l.Processor, l.ID).Scan(&holds)
+		DELETE FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease = $3 RETURNING ids, chunks`,
+		l.CampaignKey, l.Processor, l.ID).Scan(&holds, chunks)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -710,26 +781,51 @@ func recordHeld(ctx context.Context, tx pgx.Tx, l Lease, results []Processed) (m
 	return held, nil
 }
 
-// DeliveryPages gives the pages leased to a processor as links are made
-// from them: where each answered from, its depth and its shard.
-func (s *Store) DeliveryPages(ctx context.Context, campaignKey int64, ids []int64) (map[int64]LeasedPage, error) {
+// DeliveryPages gives the pages of ids, leased to a processor under l,
+// as links are made from them: where each answered from, its depth and
+// its shard.
+func (s *Store) DeliveryPages(ctx context.Context, l Lease, ids []int64) (map[int64]LeasedPage, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT f.id, f.url, f.depth, coalesce(b.final_url, f.url)
 		FROM frontier f LEFT JOIN page_bodies b ON b.url_id = f.id
-		WHERE f.campaign = $1 AND f.id = ANY($2)`, campaignKey, ids)
+		WHERE f.campaign = $1 AND f.id = ANY($2)`, l.CampaignKey, ids)
 	if err != nil {
-		return nil, fmt.Errorf("pages of campaign %d: %w", campaignKey, err)
+		return nil, fmt.Errorf("pages of campaign %d: %w", l.CampaignKey, err)
 	}
 	out := map[int64]LeasedPage{}
-	for rows.Next() {
-		var p LeasedPage
-		if err := rows.Scan(&p.ID, &p.URL, &p.Depth, &p.FinalURL); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		out[p.ID] = p
+	var p LeasedPage
+	if _, err := pgx.ForEachRow(rows, []any{&p.ID, &p.URL, &p.Depth, &p.FinalURL}, func() error { out[p.ID] = p; return nil }); err != nil {
+		return nil, fmt.Errorf("pages of campaign %d: %w", l.CampaignKey, err)
 	}
-	return out, rows.Err()
+	if !l.Held {
+		return out, nil
+	}
+	// Chunked pages answered from where their chunk says.
+	var held, chunks []int64
+	err = s.pool.QueryRow(ctx, `SELECT ids, chunks FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease = $3`,
+		l.CampaignKey, l.Processor, l.ID).Scan(&held, &chunks)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && chunks == nil) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pages of campaign %d: %w", l.CampaignKey, err)
+	}
+	var theirs []int64
+	for i, id := range held {
+		if _, ok := out[id]; ok {
+			theirs = append(theirs, chunks[i])
+		}
+	}
+	err = readChunks(ctx, s.pool, l.CampaignKey, distinct(theirs), func(_ int64, _ string, c *chunkPage) {
+		if p, ok := out[c.ID]; ok {
+			p.FinalURL = c.Final
+			out[c.ID] = p
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pages of campaign %d: %w", l.CampaignKey, err)
+	}
+	return out, nil
 }
 
 // ProcessorCounts is where one processor's pages stand.
@@ -745,12 +841,16 @@ type ProcessorCounts struct {
 
 // ProcessorStatus counts each processor's deliveries of a campaign.
 func (s *Store) ProcessorStatus(ctx context.Context, campaignKey int64) (map[string]ProcessorCounts, error) {
-	// Pages held by batches count as leased, and the done pages of
-	// batches that held theirs (see recordHeld) as done.
+	// Pages in chunks still to take count as pending, pages held by
+	// batches as leased, and the done pages of batches that held theirs
+	// (see recordHeld) as done.
 	rows, err := s.pool.Query(ctx, `
 		SELECT processor, state, count(*), coalesce(sum(items), 0),
 		       (array_agg(error ORDER BY done_at DESC) FILTER (WHERE error IS NOT NULL))[1]
 		FROM deliveries WHERE campaign = $1 GROUP BY processor, state
+		UNION ALL
+		SELECT processor, 'pending', sum(cardinality(ids)), 0, NULL
+		FROM chunk_deliveries WHERE campaign = $1 GROUP BY processor
 		UNION ALL
 		SELECT processor, 'leased', sum(cardinality(ids)), 0, NULL
 		FROM delivery_batches WHERE campaign = $1 AND ids IS NOT NULL GROUP BY processor
@@ -833,6 +933,17 @@ var ErrNoBody = errors.New("no such body (its pages were all processed, or the t
 
 // Body returns the body a token names, and its content type.
 func (s *Store) Body(ctx context.Context, token string) ([]byte, string, error) {
+	if _, _, ok := chunkTokenIDs(token); ok {
+		found := map[string]chunkPage{}
+		if err := chunkBodies(ctx, s.pool, []string{token}, found); err != nil {
+			return nil, "", fmt.Errorf("body %s: %w", token, err)
+		}
+		p, ok := found[token]
+		if !ok {
+			return nil, "", ErrNoBody
+		}
+		return p.body, p.CType, nil
+	}
 	var body []byte
 	var ctype string
 	q, args := `SELECT body, coalesce(content_type, '') FROM page_bodies WHERE token = $1 AND `+legacyToken, []any{token}
@@ -852,9 +963,20 @@ func (s *Store) Body(ctx context.Context, token string) ([]byte, string, error) 
 // Bodies returns the kept bodies that tokens name, by token; a token that
 // names none is left out.
 func (s *Store) Bodies(ctx context.Context, tokens []string) (map[string][]byte, error) {
+	out := make(map[string][]byte, len(tokens))
+	chunked := map[string]chunkPage{}
+	if err := chunkBodies(ctx, s.pool, tokens, chunked); err != nil {
+		return nil, fmt.Errorf("bodies: %w", err)
+	}
+	for t, p := range chunked {
+		out[t] = p.body
+	}
 	var ids []int64
 	var keyed, legacy []string
 	for _, t := range tokens {
+		if _, _, ok := chunkTokenIDs(t); ok {
+			continue
+		}
 		if id, ok := bodyTokenID(t); ok {
 			ids, keyed = append(ids, id), append(keyed, t)
 		} else {
@@ -871,7 +993,6 @@ func (s *Store) Bodies(ctx context.Context, tokens []string) (map[string][]byte,
 	if err != nil {
 		return nil, fmt.Errorf("bodies: %w", err)
 	}
-	out := make(map[string][]byte, len(tokens))
 	var token string
 	var body []byte
 	_, err = pgx.ForEachRow(rows, []any{&token, &body}, func() error {
