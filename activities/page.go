@@ -177,7 +177,9 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 		Digest: resp.Digest, FetchedAt: time.Now(), Duration: resp.Duration,
 	}
 	out.o.Page = page
-	out.o.Body = r.forProcessors(&c, self, &resp, page.FetchedAt)
+	if out.o.Body = r.forProcessors(&c, self, &resp, page.FetchedAt); out.o.Body != nil {
+		out.o.Body.Chunked = it.batch.req.BodyChunks
+	}
 	page.Robots = crawl.RobotsTag(resp.Header.Values("X-Robots-Tag"), r.agent)
 	if resp.Status >= 300 && resp.Status < 400 && resp.Location != "" {
 		target, err := crawl.Resolve(self, resp.Location)

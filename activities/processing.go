@@ -251,7 +251,8 @@ func (c *Control) processorLinks(ctx context.Context, req campaign.StoreProcesse
 	if err != nil {
 		return nil, err
 	}
-	pages, err := c.Store.DeliveryPages(ctx, req.CampaignKey, wanted)
+	l := store.Lease{CampaignKey: req.CampaignKey, CampaignID: req.CampaignID, Processor: req.Processor, ID: req.Lease, Held: req.Held}
+	pages, err := c.Store.DeliveryPages(ctx, l, wanted)
 	if err != nil {
 		return nil, err
 	}

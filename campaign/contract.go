@@ -257,6 +257,11 @@ type FetchBatchRequest struct {
 	// started by then goes back to pending, due at once, so one slow host
 	// never holds the rest of a batch (and its window slot) for long.
 	HandBackAfter Duration `json:"hand_back_after,omitempty"`
+	// BodyChunks: the batch's pages are kept for processors in chunks, a
+	// commit's in one row (processors version 8). A node built before it
+	// ignores it and keeps them a row each, which nodes built since read
+	// too.
+	BodyChunks bool `json:"body_chunks,omitempty"`
 }
 
 // BatchResult is what a fetch batch did: counts only, never pages.

@@ -181,13 +181,14 @@ type dispatcher struct {
 	procs          []*processor
 	frontierLeases int64
 	leaseRun       int64
-	// batchesInRun, leaseHeld, lingerToEnd, waitBeside and
-	// startByWaiting: see processorsChange, versions 3 to 7.
+	// batchesInRun, leaseHeld, lingerToEnd, waitBeside, startByWaiting
+	// and bodyChunks: see processorsChange, versions 3 to 8.
 	batchesInRun   bool
 	leaseHeld      bool
 	lingerToEnd    bool
 	waitBeside     bool
 	startByWaiting bool
+	bodyChunks     bool
 	// handOnSince: when continue-as-new began waiting for processor
 	// batches (see processorsHandedOn).
 	handOnSince time.Time
@@ -660,7 +661,7 @@ func (d *dispatcher) schedule(leaseID int64, nb campaign.NodeBatch) {
 	})
 	req := campaign.FetchBatchRequest{
 		CampaignID: d.id, CampaignKey: d.key, LeaseID: b.leaseID, Node: b.node, IDs: b.ids,
-		Seq: b.seq, HandBackAfter: campaign.Duration(handBackAfter),
+		Seq: b.seq, HandBackAfter: campaign.Duration(handBackAfter), BodyChunks: d.bodyChunks,
 	}
 	if d.routeGuard {
 		req.Route = int(b.seq)

@@ -106,6 +106,8 @@ type fetchCall struct {
 	ok   bool
 	// route is what a v0.1.0 node names the batch's holder by.
 	route int
+	// chunks: the batch's pages are kept for processors in chunks.
+	chunks bool
 }
 
 func newFakeCluster(hosts, perHost int, nodes ...campaign.NodeInfo) *fakeCluster {
@@ -274,7 +276,7 @@ func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 	}, campaign.LeaseHostsActivity)
 	reg(func(ctx context.Context, req campaign.FetchBatchRequest) (campaign.BatchResult, error) {
 		f.mu.Lock()
-		f.fetches = append(f.fetches, fetchCall{node: req.Node, ids: slices.Clone(req.IDs), seq: req.Seq, route: req.Route})
+		f.fetches = append(f.fetches, fetchCall{node: req.Node, ids: slices.Clone(req.IDs), seq: req.Seq, route: req.Route, chunks: req.BodyChunks})
 		call := len(f.fetches) - 1
 		fail := f.failFetch
 		if f.outageAt > 0 && len(f.fetches) == f.outageAt {

@@ -41,8 +41,15 @@ import (
 // (see processorBacklog): a full window at every look found most of its
 // leases nothing to take (a 60,000-page crawl in batches of 1,000 leased
 // 301 times for 89 batches, each empty lease a scan of the pending
-// deliveries and a marker in the history).
+// deliveries and a marker in the history). From version 8 nodes keep the
+// pages for processors in chunks, a commit's in one row (see
+// campaign.FetchBatchRequest.BodyChunks and store/chunks.go): only nodes
+// built since can lease them, so ProcessBatch children take the marker
+// too, and nodes built before fail their tasks until a newer node runs
+// them.
 const processorsChange = "processors"
+
+const maxProcessorsVersion = 8
 
 // handOnWait is how long continue-as-new waits for the processors'
 // batches in flight: a processor that answers comes back in that time,
@@ -93,7 +100,7 @@ func (d *dispatcher) setUpProcessors(carried []campaign.ProcessorStatus) {
 	if len(d.spec.Processors) == 0 {
 		return
 	}
-	switch v := workflow.GetVersion(d.ctx, processorsChange, workflow.DefaultVersion, 7); v {
+	switch v := workflow.GetVersion(d.ctx, processorsChange, workflow.DefaultVersion, maxProcessorsVersion); v {
 	case workflow.DefaultVersion:
 		return
 	case 1:
@@ -101,7 +108,7 @@ func (d *dispatcher) setUpProcessors(carried []campaign.ProcessorStatus) {
 			"cancel it and start the campaign again under its ID; its pages are kept")
 	default:
 		d.batchesInRun, d.leaseHeld, d.lingerToEnd, d.waitBeside = v >= 3, v >= 4, v < 5, v >= 6
-		d.startByWaiting = v >= 7
+		d.startByWaiting, d.bodyChunks = v >= 7, v >= 8
 	}
 	// A lease's high bits name the run (see campaign.LeaseRun): a hash of
 	// its run ID, unique even when a campaign is started again under its ID.
@@ -362,6 +369,9 @@ func batchesByReference(ctx, cctx workflow.Context, req campaign.ProcessBatchReq
 // (see batchesByReference): a lease by reference that no node can serve
 // returns errUnserved, having leased nothing.
 func ProcessBatch(ctx workflow.Context, req campaign.ProcessBatchRequest) (campaign.ProcessBatchResult, error) {
+	// Only a node that reads chunks runs a child from version 8 on; in
+	// the campaign's own run, the campaign's version, read already.
+	workflow.GetVersion(ctx, processorsChange, workflow.DefaultVersion, maxProcessorsVersion)
 	var res campaign.ProcessBatchResult
 	local := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		ScheduleToCloseTimeout: time.Minute,

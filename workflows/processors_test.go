@@ -146,3 +146,37 @@ func TestBacklogCountsOnlyPagesNoBatchWasStartedFor(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkedBodiesFromProcessorsVersion8: from processors version 8 a
+// campaign asks its nodes to keep its pages for processors in chunks (a
+// node built before ignores it); a run at an earlier version never does.
+func TestChunkedBodiesFromProcessorsVersion8(t *testing.T) {
+	for _, v := range []workflow.Version{maxProcessorsVersion, 7} {
+		f := newFakeCluster(2, 3, alive("n1", 1))
+		env := newEnv(t, f)
+		if v != maxProcessorsVersion {
+			env.OnGetVersion(processorsChange, workflow.DefaultVersion, maxProcessorsVersion).Return(v)
+		}
+		reg := func(fn any, name string) { env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name}) }
+		reg(func(context.Context, campaign.DeliveryLeaseRequest) (campaign.DeliveryLease, error) {
+			return campaign.DeliveryLease{}, nil
+		}, campaign.LeaseDeliveriesActivity)
+		spec := testSpec()
+		spec.Processors = []campaign.Processor{{Name: "p", TaskQueue: "procs", Activity: "proc", BatchSize: 10, Window: 2}}
+		run(t, env, spec)
+		f.mu.Lock()
+		var chunked, plain int
+		for _, c := range f.fetches {
+			if c.chunks {
+				chunked++
+			} else {
+				plain++
+			}
+		}
+		f.mu.Unlock()
+		want := v >= 8
+		if plain+chunked == 0 || (want && plain > 0) || (!want && chunked > 0) {
+			t.Errorf("version %d: %d batches asked for chunks, %d not; want chunks %v", v, chunked, plain, want)
+		}
+	}
+}
