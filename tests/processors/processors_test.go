@@ -184,7 +184,15 @@ func TestGoProcessorItemsEqualTheShop(t *testing.T) {
 		t.Errorf("processor status %+v: want all %d pages processed", st, pages)
 	}
 	if n := bodiesLeft(t, s, "shop-go"); n != 0 {
-		t.Errorf("%d page bodies kept after every page was processed", n)
+		t.Errorf("%d page bodies or chunks kept after every page was processed", n)
+	}
+	// The pages went in chunks (processors version 8), never a row each:
+	// each insert shows in the server's statistics within a second or so.
+	harness.Eventually(t, 30*time.Second, "chunks written", func() bool {
+		return s.Strings(`SELECT (n_tup_ins > 0)::text FROM pg_stat_user_tables WHERE relname = 'body_chunks'`)[0] == "true"
+	})
+	if rows := s.Strings(`SELECT n_tup_ins::text FROM pg_stat_user_tables WHERE relname = 'page_bodies'`)[0]; rows != "0" {
+		t.Errorf("%s page_bodies rows written, want every page in chunks", rows)
 	}
 	if inRun, inChildren := batchPlaces(t, s, "shop-go", "products"); inRun == 0 || inChildren != 0 {
 		t.Errorf("%d batches ran in the campaign's history and %d in children: want all in the campaign's", inRun, inChildren)
@@ -242,10 +250,11 @@ func TestFailingProcessorFailsItsPagesAndTheCampaignCompletes(t *testing.T) {
 	}
 }
 
-// bodiesLeft counts the page bodies still kept for a campaign.
+// bodiesLeft counts the page bodies and chunks still kept for a campaign.
 func bodiesLeft(t *testing.T, s *harness.Stack, id string) int {
 	t.Helper()
-	n := s.Strings(`SELECT count(*)::text FROM page_bodies WHERE campaign = $1`, key(t, s, id))
+	n := s.Strings(`SELECT ((SELECT count(*) FROM page_bodies WHERE campaign = $1) + (SELECT count(*) FROM body_chunks WHERE campaign = $1))::text`,
+		key(t, s, id))
 	var c int
 	fmt.Sscan(n[0], &c)
 	return c
