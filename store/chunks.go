@@ -238,16 +238,13 @@ func writeChunk(ctx context.Context, tx pgx.Tx, campaignKey any, pages []chunkPa
 // longer held) out of its chunks' deliveries, and drops the chunks left
 // with none. The chunks are the commit's own, seen by nobody yet.
 func dropLostChunked(ctx context.Context, tx pgx.Tx, campaignKey any, chunks, lost []int64) error {
-	_, err := tx.Exec(ctx, `
-		WITH u AS (
-			UPDATE chunk_deliveries SET ids = ARRAY(SELECT x FROM unnest(ids) x WHERE x <> ALL($3) ORDER BY x)
-			WHERE campaign = $1 AND chunk = ANY($2)
-			RETURNING processor, chunk, ids
-		)
-		DELETE FROM chunk_deliveries d USING u
-		WHERE d.campaign = $1 AND d.processor = u.processor AND d.chunk = u.chunk AND cardinality(u.ids) = 0`,
-		campaignKey, chunks, lost)
-	if err != nil {
+	if _, err := tx.Exec(ctx, `
+		UPDATE chunk_deliveries SET ids = ARRAY(SELECT x FROM unnest(ids) x WHERE x <> ALL($3) ORDER BY x)
+		WHERE campaign = $1 AND chunk = ANY($2)`, campaignKey, chunks, lost); err != nil {
+		return fmt.Errorf("take pages no longer held out of their chunks: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM chunk_deliveries WHERE campaign = $1 AND chunk = ANY($2) AND ids = '{}'`,
+		campaignKey, chunks); err != nil {
 		return fmt.Errorf("take pages no longer held out of their chunks: %w", err)
 	}
 	return dropChunks(ctx, tx, campaignKey, chunks)

@@ -13,14 +13,15 @@ import (
 )
 
 // chunkedCampaign commits pages in chunks (processors version 8): the
-// first commit 5 pages and one it never claimed, the second 3, all
-// wanted by processors p and q; it says the 8 pages recorded.
+// first commit 5 pages and one it never claimed, the second 3, the third
+// only one it never claimed, all wanted by processors p and q; it says
+// the 8 pages recorded.
 func chunkedCampaign(t *testing.T, s *store.Store) (key int64, pages []int64) {
 	t.Helper()
 	key = newCampaign(t, s, "http://a.test/")
 	n1 := holder(t, s, "n1", "1")
 	var raw []string
-	for i := range 9 {
+	for i := range 10 {
 		raw = append(raw, fmt.Sprintf("http://a.test/%d", i))
 	}
 	if _, err := s.InsertURLs(ctx, key, urls(t, raw...)); err != nil {
@@ -56,6 +57,7 @@ func chunkedCampaign(t *testing.T, s *store.Store) (key int64, pages []int64) {
 	}
 	commit(5, all[8], all[4], all[0], all[1], all[2], all[3]) // all[8] was never claimed
 	commit(3, all[5], all[6], all[7])
+	commit(0, all[9])
 	return key, all[:8]
 }
 
@@ -70,7 +72,7 @@ func TestChunkedPagesAreDeliveredOnce(t *testing.T) {
 	key, pages := chunkedCampaign(t, s)
 	var chunks int
 	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM body_chunks WHERE campaign = $1`, key).Scan(&chunks); err != nil || chunks != 2 {
-		t.Fatalf("%d chunks kept (%v), want one a commit", chunks, err)
+		t.Fatalf("%d chunks kept (%v), want one for each commit that recorded pages", chunks, err)
 	}
 	status := func(name string) store.ProcessorCounts {
 		t.Helper()
