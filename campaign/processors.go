@@ -419,6 +419,12 @@ const (
 // campaign's.
 const ProcessBatchWorkflowType = "ProcessBatch"
 
+// ChunkedBatchWorkflowType is ProcessBatch under the name a campaign at
+// processors version 8 starts it by, its pages kept in chunks: a node
+// built before chunks does not know the name, so it never runs such a
+// child (it would lease no page of a chunk, and call the processor done).
+const ChunkedBatchWorkflowType = "ProcessChunkedBatch"
+
 // ProcessBatchRequest starts a ProcessBatch child.
 type ProcessBatchRequest struct {
 	Lease     DeliveryLeaseRequest `json:"lease"`

@@ -37,6 +37,7 @@ func Register(r interface {
 }) {
 	r.RegisterWorkflowWithOptions(CrawlCampaign, workflow.RegisterOptions{Name: campaign.WorkflowType})
 	r.RegisterWorkflowWithOptions(ProcessBatch, workflow.RegisterOptions{Name: campaign.ProcessBatchWorkflowType})
+	r.RegisterWorkflowWithOptions(ProcessBatch, workflow.RegisterOptions{Name: campaign.ChunkedBatchWorkflowType})
 }
 
 // hostFlowChange versions the dispatcher: runs that started before it

@@ -43,12 +43,16 @@ import (
 // 301 times for 89 batches, each empty lease a scan of the pending
 // deliveries and a marker in the history). From version 8 nodes keep the
 // pages for processors in chunks, a commit's in one row (see
-// campaign.FetchBatchRequest.BodyChunks and store/chunks.go): only nodes
-// built since can lease them, so ProcessBatch children take the marker
-// too, and nodes built before fail their tasks until a newer node runs
-// them.
+// campaign.FetchBatchRequest.BodyChunks and store/chunks.go). Only nodes
+// built since can lease them: a node built before fails the run's tasks
+// (the marker's version is unknown to it), and its children are started
+// as campaign.ChunkedBatchWorkflowType, a name it does not know (a
+// child's code never reads the marker, so the marker alone would not
+// keep such a node from running it).
 const processorsChange = "processors"
 
+// maxProcessorsVersion is processorsChange's latest version, which new
+// runs take.
 const maxProcessorsVersion = 8
 
 // handOnWait is how long continue-as-new waits for the processors'
@@ -262,11 +266,11 @@ func (d *dispatcher) startBatch(p *processor) {
 	if d.batchesInRun && p.spec.Batch == campaign.BatchReference {
 		inRun, done := workflow.NewFuture(d.ctx)
 		workflow.Go(d.ctx, func(ctx workflow.Context) {
-			done.Set(batchesByReference(ctx, cctx, req))
+			done.Set(batchesByReference(ctx, cctx, d.batchType(), req))
 		})
 		f = inRun
 	} else {
-		f = workflow.ExecuteChildWorkflow(cctx, campaign.ProcessBatchWorkflowType, req)
+		f = workflow.ExecuteChildWorkflow(cctx, d.batchType(), req)
 	}
 	d.sel.AddFuture(f, func(f workflow.Future) {
 		p.batches--
@@ -343,18 +347,26 @@ const processorLinger = time.Second
 // errUnserved: a lease by reference found no node that serves batches.
 var errUnserved = errors.New("no node serves batches")
 
+// batchType is the workflow type of the run's ProcessBatch children.
+func (d *dispatcher) batchType() string {
+	if d.bodyChunks {
+		return campaign.ChunkedBatchWorkflowType
+	}
+	return campaign.ProcessBatchWorkflowType
+}
+
 // batchesByReference carries batches through a processor that takes them
 // by reference, in the campaign's own history (processorsChange version
 // 3); when no node serves batches it hands them to a ProcessBatch child
-// (cctx), which sends their pages inline.
-func batchesByReference(ctx, cctx workflow.Context, req campaign.ProcessBatchRequest) (campaign.ProcessBatchResult, error) {
+// (cctx, of workflow type childType), which sends their pages inline.
+func batchesByReference(ctx, cctx workflow.Context, childType string, req campaign.ProcessBatchRequest) (campaign.ProcessBatchResult, error) {
 	byRef := req
 	byRef.Lease.ByReference = true
 	res, err := ProcessBatch(ctx, byRef)
 	if !errors.Is(err, errUnserved) {
 		return res, err
 	}
-	err = workflow.ExecuteChildWorkflow(cctx, campaign.ProcessBatchWorkflowType, req).Get(ctx, &res)
+	err = workflow.ExecuteChildWorkflow(cctx, childType, req).Get(ctx, &res)
 	return res, err
 }
 
@@ -369,9 +381,6 @@ func batchesByReference(ctx, cctx workflow.Context, req campaign.ProcessBatchReq
 // (see batchesByReference): a lease by reference that no node can serve
 // returns errUnserved, having leased nothing.
 func ProcessBatch(ctx workflow.Context, req campaign.ProcessBatchRequest) (campaign.ProcessBatchResult, error) {
-	// Only a node that reads chunks runs a child from version 8 on; in
-	// the campaign's own run, the campaign's version, read already.
-	workflow.GetVersion(ctx, processorsChange, workflow.DefaultVersion, maxProcessorsVersion)
 	var res campaign.ProcessBatchResult
 	local := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		ScheduleToCloseTimeout: time.Minute,

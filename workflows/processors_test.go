@@ -149,7 +149,9 @@ func TestBacklogCountsOnlyPagesNoBatchWasStartedFor(t *testing.T) {
 
 // TestChunkedBodiesFromProcessorsVersion8: from processors version 8 a
 // campaign asks its nodes to keep its pages for processors in chunks (a
-// node built before ignores it); a run at an earlier version never does.
+// node built before ignores it), and starts its ProcessBatch children
+// under the name only nodes that read chunks know; a run at an earlier
+// version does neither.
 func TestChunkedBodiesFromProcessorsVersion8(t *testing.T) {
 	for _, v := range []workflow.Version{maxProcessorsVersion, 7} {
 		f := newFakeCluster(2, 3, alive("n1", 1))
@@ -157,6 +159,13 @@ func TestChunkedBodiesFromProcessorsVersion8(t *testing.T) {
 		if v != maxProcessorsVersion {
 			env.OnGetVersion(processorsChange, workflow.DefaultVersion, maxProcessorsVersion).Return(v)
 		}
+		var mu sync.Mutex
+		children := map[string]int{}
+		env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, _ workflow.Context, _ converter.EncodedValues) {
+			mu.Lock()
+			defer mu.Unlock()
+			children[info.WorkflowType.Name]++
+		})
 		reg := func(fn any, name string) { env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name}) }
 		reg(func(context.Context, campaign.DeliveryLeaseRequest) (campaign.DeliveryLease, error) {
 			return campaign.DeliveryLease{}, nil
@@ -174,9 +183,17 @@ func TestChunkedBodiesFromProcessorsVersion8(t *testing.T) {
 			}
 		}
 		f.mu.Unlock()
-		want := v >= 8
+		want, wantChild := v >= 8, campaign.ProcessBatchWorkflowType
+		if want {
+			wantChild = campaign.ChunkedBatchWorkflowType
+		}
 		if plain+chunked == 0 || (want && plain > 0) || (!want && chunked > 0) {
 			t.Errorf("version %d: %d batches asked for chunks, %d not; want chunks %v", v, chunked, plain, want)
 		}
+		mu.Lock()
+		if len(children) != 1 || children[wantChild] == 0 {
+			t.Errorf("version %d: children started %v, want all %s", v, children, wantChild)
+		}
+		mu.Unlock()
 	}
 }
