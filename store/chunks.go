@@ -77,6 +77,10 @@ func encodeChunk(pages []chunkPage) []byte {
 	return out
 }
 
+// minPageBytes is the least a page takes in a chunk: ten fields of a
+// byte at least.
+const minPageBytes = 10
+
 // chunkReader reads what encodeChunk wrote; its first fault stops it.
 type chunkReader struct {
 	b   []byte
@@ -119,7 +123,7 @@ func decodeChunk(b []byte) ([]chunkPage, error) {
 	}
 	r := &chunkReader{b: b[1:]}
 	n, k := binary.Uvarint(r.b)
-	if k <= 0 || n > uint64(len(r.b)) {
+	if k <= 0 || n > uint64(len(r.b))/minPageBytes {
 		return nil, errors.New("chunk: bad page count")
 	}
 	r.b = r.b[k:]
@@ -164,14 +168,15 @@ func chunkToken(chunk, id int64, secret string) string {
 	return fmt.Sprintf("%016x%016x%s", uint64(chunk), uint64(id), secret)
 }
 
-// chunkTokenIDs are the chunk and page a chunk body token names.
-func chunkTokenIDs(token string) (chunk, id int64, ok bool) {
+// chunkTokenParts are the chunk and page a chunk body token names, and
+// the chunk's secret it carries.
+func chunkTokenParts(token string) (chunk, id int64, secret string, ok bool) {
 	if len(token) != chunkTokenLen {
-		return 0, 0, false
+		return 0, 0, "", false
 	}
 	c, err1 := strconv.ParseUint(token[:16], 16, 63)
 	p, err2 := strconv.ParseUint(token[16:32], 16, 63)
-	return int64(c), int64(p), err1 == nil && err2 == nil
+	return int64(c), int64(p), token[32:], err1 == nil && err2 == nil
 }
 
 // addChunked keeps p for a chunk of the commit.
@@ -250,11 +255,11 @@ func dropLostChunked(ctx context.Context, tx pgx.Tx, campaignKey any, chunks, lo
 	return dropChunks(ctx, tx, campaignKey, chunks)
 }
 
-// holdChunks leases, for a held lease, up to max of a processor's pages
+// holdChunks leases, for a held lease, up to most of a processor's pages
 // kept in chunks, oldest chunks first: whole deliveries rows, and the
 // head of the last when it has more than the room left. It says the
 // pages, in id order, and the chunk of each.
-func holdChunks(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids, chunks []int64, err error) {
+func holdChunks(ctx context.Context, tx pgx.Tx, l Lease, most int) (ids, chunks []int64, err error) {
 	type taken struct {
 		chunk int64
 		ids   []int64
@@ -262,26 +267,30 @@ func holdChunks(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids, chunks [
 	var whole []int64
 	var got []taken
 	var part *taken // the row whose head is taken, and the rest it keeps
-	after, room := int64(-1), max
+	// Rows are locked as they are read, so a lease reads about as many as
+	// it takes: rows it locked and left would be skipped by the leases
+	// beside it. The first look takes one; the next as many as the room
+	// left needs at the size of the rows seen.
+	after, room, look, seen, pages := int64(-1), most, 1, 0, 0
 	for room > 0 && part == nil {
 		rows, err := tx.Query(ctx, `
 			SELECT chunk, ids FROM chunk_deliveries
 			WHERE campaign = $1 AND processor = $2 AND chunk > $3
-			ORDER BY chunk LIMIT 8
-			FOR UPDATE SKIP LOCKED`, l.CampaignKey, l.Processor, after)
+			ORDER BY chunk LIMIT $4
+			FOR UPDATE SKIP LOCKED`, l.CampaignKey, l.Processor, after, look)
 		if err != nil {
 			return nil, nil, err
 		}
-		var page []taken
+		var found []taken
 		var t taken
-		if _, err := pgx.ForEachRow(rows, []any{&t.chunk, &t.ids}, func() error { page = append(page, t); return nil }); err != nil {
+		if _, err := pgx.ForEachRow(rows, []any{&t.chunk, &t.ids}, func() error { found = append(found, t); return nil }); err != nil {
 			return nil, nil, err
 		}
-		if len(page) == 0 {
+		if len(found) == 0 {
 			break
 		}
-		for _, t := range page {
-			after = t.chunk
+		for _, t := range found {
+			after, seen, pages = t.chunk, seen+1, pages+len(t.ids)
 			if room == 0 || part != nil {
 				break
 			}
@@ -292,6 +301,7 @@ func holdChunks(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids, chunks [
 			got = append(got, taken{t.chunk, t.ids[:room]})
 			part, room = &taken{t.chunk, t.ids[room:]}, 0
 		}
+		look = min(max(room*seen/max(pages, 1), 1), 64)
 	}
 	if len(whole) > 0 {
 		if _, err := tx.Exec(ctx, `DELETE FROM chunk_deliveries WHERE campaign = $1 AND processor = $2 AND chunk = ANY($3)`,
@@ -336,11 +346,10 @@ func chunkedPages(ctx context.Context, q pgx.Tx, campaignKey int64, ids, chunks 
 		want[id] = true
 	}
 	var out []LeasedPage
-	err := readChunks(ctx, q, campaignKey, distinct(chunks), func(chunk int64, secret string, p *chunkPage) {
+	err := readChunks(ctx, q, chunksOfCampaign, []any{distinct(chunks), campaignKey}, func(chunk int64, secret string, p *chunkPage) {
 		if !want[p.ID] {
 			return
 		}
-		want[p.ID] = false // a page once, whichever chunk (one, but a retried commit may keep it twice)
 		out = append(out, LeasedPage{
 			ID: p.ID, URL: p.URL, FinalURL: p.Final, Depth: p.Depth, Status: p.Status, Header: p.Header,
 			ContentType: p.CType, FetchedAt: p.At, Length: int64(len(p.body)), Body: p.body,
@@ -362,13 +371,23 @@ func chunkedPages(ctx context.Context, q pgx.Tx, campaignKey int64, ids, chunks 
 	return out, nil
 }
 
-// readChunks reads chunks (of campaignKey, unless it is 0) and calls fn
-// with each page of each.
+// Queries for readChunks: a campaign's chunks by id ($1, $2 the
+// campaign), and chunks by id and secret ($1, $2), the secrets those of
+// body tokens: a token whose secret is wrong reads nothing.
+const (
+	chunksOfCampaign = `SELECT id, secret, pages FROM body_chunks WHERE id = ANY($1) AND campaign = $2`
+	chunksBySecret   = `
+		SELECT b.id, b.secret, b.pages
+		FROM (SELECT DISTINCT id, secret FROM unnest($1::bigint[], $2::text[]) AS t(id, secret)) t
+		JOIN body_chunks b ON b.id = t.id AND b.secret = t.secret`
+)
+
+// readChunks reads the chunks a query (chunksOfCampaign, chunksBySecret)
+// finds, and calls fn with each page of each.
 func readChunks(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, campaignKey int64, chunks []int64, fn func(chunk int64, secret string, p *chunkPage)) error {
-	rows, err := q.Query(ctx, `SELECT id, secret, pages FROM body_chunks WHERE id = ANY($1) AND ($2 = 0 OR campaign = $2)`,
-		chunks, campaignKey)
+}, query string, args []any, fn func(chunk int64, secret string, p *chunkPage)) error {
+	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return err
 	}
@@ -385,7 +404,6 @@ func readChunks(ctx context.Context, q interface {
 		for i := range pages {
 			fn(id, secret, &pages[i])
 		}
-		blob = nil // each chunk its own bytes: pages keep slices of them
 		return nil
 	})
 	return err
@@ -396,16 +414,17 @@ func chunkBodies(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, tokens []string, out map[string]chunkPage) error {
 	var chunks []int64
+	var secrets []string
 	named := map[string]bool{}
 	for _, t := range tokens {
-		if c, _, ok := chunkTokenIDs(t); ok {
-			chunks, named[t] = append(chunks, c), true
+		if c, _, secret, ok := chunkTokenParts(t); ok {
+			chunks, secrets, named[t] = append(chunks, c), append(secrets, secret), true
 		}
 	}
 	if len(chunks) == 0 {
 		return nil
 	}
-	return readChunks(ctx, q, 0, distinct(chunks), func(chunk int64, secret string, p *chunkPage) {
+	return readChunks(ctx, q, chunksBySecret, []any{chunks, secrets}, func(chunk int64, secret string, p *chunkPage) {
 		if t := chunkToken(chunk, p.ID, secret); named[t] {
 			out[t] = *p
 		}

@@ -611,11 +611,13 @@ func (s *Store) StoreProcessed(ctx context.Context, l Lease, results []Processed
 		}
 	}
 	err = s.retryTx(ctx, func(tx pgx.Tx) error {
-		var held map[int64]bool
-		var chunks []int64
-		var err error
+		var (
+			held   map[int64]bool
+			chunks []int64
+			err    error
+		)
 		if l.Held {
-			held, err = recordHeld(ctx, tx, l, firsts, &chunks)
+			held, chunks, err = recordHeld(ctx, tx, l, firsts)
 		} else {
 			held, err = recordLeased(ctx, tx, l, firsts)
 		}
@@ -731,18 +733,18 @@ func recordLeased(ctx context.Context, tx pgx.Tx, l Lease, results []Processed) 
 // which it held: the batch's row goes (a store of the same batch beside
 // this one waits on it, then finds nothing), a failed page's delivery is
 // kept failed with its error, and the done pages are counted in
-// processed_batches. chunks gets the chunk of each page held, for a
-// batch of chunked pages.
-func recordHeld(ctx context.Context, tx pgx.Tx, l Lease, results []Processed, chunks *[]int64) (map[int64]bool, error) {
-	var holds []int64
+// processed_batches. For a batch of chunked pages, it says the chunk of
+// each page held too.
+func recordHeld(ctx context.Context, tx pgx.Tx, l Lease, results []Processed) (map[int64]bool, []int64, error) {
+	var holds, chunks []int64
 	err := tx.QueryRow(ctx, `
 		DELETE FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease = $3 RETURNING ids, chunks`,
-		l.CampaignKey, l.Processor, l.ID).Scan(&holds, chunks)
+		l.CampaignKey, l.Processor, l.ID).Scan(&holds, &chunks)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	held := make(map[int64]bool, len(holds))
 	for _, id := range holds {
@@ -768,17 +770,17 @@ func recordHeld(ctx context.Context, tx pgx.Tx, l Lease, results []Processed, ch
 			FROM unnest($3::bigint[], $4::text[], $5::int[]) AS r(id, err, links)
 			ON CONFLICT (campaign, url_id, processor) DO UPDATE SET state = 'failed', error = excluded.error, done_at = now()`,
 			l.CampaignKey, l.Processor, ids, errs, links); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if done > 0 {
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO processed_batches (campaign, processor, pages, items) VALUES ($1, $2, $3, $4)`,
 			l.CampaignKey, l.Processor, done, items); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return held, nil
+	return held, chunks, nil
 }
 
 // DeliveryPages gives the pages of ids, leased to a processor under l,
@@ -816,7 +818,7 @@ func (s *Store) DeliveryPages(ctx context.Context, l Lease, ids []int64) (map[in
 			theirs = append(theirs, chunks[i])
 		}
 	}
-	err = readChunks(ctx, s.pool, l.CampaignKey, distinct(theirs), func(_ int64, _ string, c *chunkPage) {
+	err = readChunks(ctx, s.pool, chunksOfCampaign, []any{distinct(theirs), l.CampaignKey}, func(_ int64, _ string, c *chunkPage) {
 		if p, ok := out[c.ID]; ok {
 			p.FinalURL = c.Final
 			out[c.ID] = p
@@ -933,7 +935,7 @@ var ErrNoBody = errors.New("no such body (its pages were all processed, or the t
 
 // Body returns the body a token names, and its content type.
 func (s *Store) Body(ctx context.Context, token string) ([]byte, string, error) {
-	if _, _, ok := chunkTokenIDs(token); ok {
+	if _, _, _, ok := chunkTokenParts(token); ok {
 		found := map[string]chunkPage{}
 		if err := chunkBodies(ctx, s.pool, []string{token}, found); err != nil {
 			return nil, "", fmt.Errorf("body %s: %w", token, err)
@@ -974,7 +976,7 @@ func (s *Store) Bodies(ctx context.Context, tokens []string) (map[string][]byte,
 	var ids []int64
 	var keyed, legacy []string
 	for _, t := range tokens {
-		if _, _, ok := chunkTokenIDs(t); ok {
+		if _, _, _, ok := chunkTokenParts(t); ok {
 			continue
 		}
 		if id, ok := bodyTokenID(t); ok {
