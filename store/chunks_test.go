@@ -18,21 +18,11 @@ import (
 // the 8 pages recorded.
 func chunkedCampaign(t *testing.T, s *store.Store) (key int64, pages []int64) {
 	t.Helper()
-	key = newCampaign(t, s, "http://a.test/")
-	n1 := holder(t, s, "n1", "1")
 	var raw []string
 	for i := range 10 {
 		raw = append(raw, fmt.Sprintf("http://a.test/%d", i))
 	}
-	if _, err := s.InsertURLs(ctx, key, urls(t, raw...)); err != nil {
-		t.Fatal(err)
-	}
-	l := leaseAll(t, s, key, 10, 10)
-	all := ids(l)
-	claimed, err := s.Claim(ctx, key, l.LeaseID, all[:8], n1, "n1", time.Minute)
-	if err != nil || len(claimed) != 8 {
-		t.Fatalf("claimed %d (%v)", len(claimed), err)
-	}
+	key, n1, all, claimed := claimPages(t, s, 8, raw...)
 	fetched := func(id int64) store.Outcome {
 		c := store.ClaimedURL{URL: "never claimed"}
 		if i := slices.IndexFunc(claimed, func(c store.ClaimedURL) bool { return c.ID == id }); i >= 0 {

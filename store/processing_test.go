@@ -291,17 +291,7 @@ func testStoreProcessedRecordsOnce(t *testing.T, held bool) {
 // records the page and its delivery.
 func TestCommitKeepsTheBodiesOfThePagesItRecords(t *testing.T) {
 	s := harness.OpenStore(t)
-	key := newCampaign(t, s, "http://a.test/")
-	n1 := holder(t, s, "n1", "1")
-	if _, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/0", "http://a.test/1", "http://a.test/2", "http://a.test/3", "http://a.test/4")); err != nil {
-		t.Fatal(err)
-	}
-	l := leaseAll(t, s, key, 10, 10)
-	all := ids(l)
-	claimed, err := s.Claim(ctx, key, l.LeaseID, all[:4], n1, "n1", time.Minute)
-	if err != nil || len(claimed) != 4 {
-		t.Fatalf("claimed %d (%v)", len(claimed), err)
-	}
+	key, n1, all, claimed := claimPages(t, s, 4, "http://a.test/0", "http://a.test/1", "http://a.test/2", "http://a.test/3", "http://a.test/4")
 	fetched := func(id int64, ctype string) store.Outcome {
 		var c store.ClaimedURL
 		if i := slices.IndexFunc(claimed, func(c store.ClaimedURL) bool { return c.ID == id }); i >= 0 {
@@ -367,22 +357,32 @@ func TestCommitKeepsTheBodiesOfThePagesItRecords(t *testing.T) {
 	}
 }
 
+// claimPages starts a campaign of a.test with raw URLs, leases them all
+// and claims the first claim of them (in lease order) for holder n1: it
+// says every URL leased, and the claims.
+func claimPages(t *testing.T, s *store.Store, claim int, raw ...string) (key int64, n1 string, all []int64, claimed []store.ClaimedURL) {
+	t.Helper()
+	key = newCampaign(t, s, "http://a.test/")
+	n1 = holder(t, s, "n1", "1")
+	if _, err := s.InsertURLs(ctx, key, urls(t, raw...)); err != nil {
+		t.Fatal(err)
+	}
+	l := leaseAll(t, s, key, 10, 10)
+	all = ids(l)
+	claimed, err := s.Claim(ctx, key, l.LeaseID, all[:claim], n1, "n1", time.Minute)
+	if err != nil || len(claimed) != claim {
+		t.Fatalf("claimed %d of %d (%v)", len(claimed), claim, err)
+	}
+	return key, n1, all, claimed
+}
+
 // TestLargeBodiesAreKeptCompressed: a body over Postgres's 2 KB
 // threshold is kept compressed with lz4 when it compresses (migration
 // 0018), inline or in TOAST, one under it or one that does not compress
 // as it came; each reads back as it was fetched.
 func TestLargeBodiesAreKeptCompressed(t *testing.T) {
 	s := harness.OpenStore(t)
-	key := newCampaign(t, s, "http://a.test/")
-	n1 := holder(t, s, "n1", "1")
-	if _, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/small", "http://a.test/medium", "http://a.test/large", "http://a.test/random")); err != nil {
-		t.Fatal(err)
-	}
-	l := leaseAll(t, s, key, 10, 10)
-	all := ids(l)
-	if claimed, err := s.Claim(ctx, key, l.LeaseID, all, n1, "n1", time.Minute); err != nil || len(claimed) != len(all) {
-		t.Fatalf("claimed %d (%v)", len(claimed), err)
-	}
+	key, n1, all, _ := claimPages(t, s, 4, "http://a.test/small", "http://a.test/medium", "http://a.test/large", "http://a.test/random")
 	html := func(size int) []byte {
 		var b bytes.Buffer
 		b.WriteString("<!doctype html><html><body><ul>\n")
