@@ -204,6 +204,15 @@ func (c *Control) FinishCampaign(ctx context.Context, req campaign.FinishRequest
 	if err != nil {
 		return sum, fmt.Errorf("finish campaign: %w", err)
 	}
+	if req.Outcome == campaign.OutcomeCompleted {
+		// Only disk is at stake: a failure is logged, not retried.
+		switch n, err := c.Store.DropUnheldChunks(ctx, req.CampaignKey); {
+		case err != nil:
+			c.Log.Warn("could not drop the chunks no processor waits for", "campaign", sum.CampaignID, "error", err)
+		case n > 0:
+			c.Log.Warn("chunks no processor waited for were left; dropped", "campaign", sum.CampaignID, "chunks", n)
+		}
+	}
 	c.Log.Info("campaign finished", "campaign", sum.CampaignID, "outcome", sum.Outcome, "fetched", sum.Fetched,
 		"failed", sum.Failed, "excluded", sum.Excluded, "pages_per_second", fmt.Sprintf("%.1f", sum.PagesPerSecond))
 	return sum, nil

@@ -455,3 +455,22 @@ func distinct(xs []int64) []int64 {
 	slices.Sort(out)
 	return slices.Compact(out)
 }
+
+// DropUnheldChunks drops a campaign's chunks that nothing refers to any
+// more: no page of them still to take, none in a batch out. Stores drop
+// chunks as they go; one is left only when a batch's outcome was stored
+// by a node built before chunks (the regular-activity fallback, while
+// Postgres was away, during an upgrade). References only ever move
+// between a chunk's deliveries rows and batches, so a chunk with none
+// gets none again: this is safe at any time.
+func (s *Store) DropUnheldChunks(ctx context.Context, campaignKey int64) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+		DELETE FROM body_chunks b
+		WHERE b.campaign = $1
+		  AND NOT EXISTS (SELECT 1 FROM chunk_deliveries d WHERE d.chunk = b.id)
+		  AND b.id NOT IN (SELECT unnest(chunks) FROM delivery_batches WHERE campaign = $1 AND chunks IS NOT NULL)`, campaignKey)
+	if err != nil {
+		return 0, fmt.Errorf("drop unheld chunks of campaign %d: %w", campaignKey, err)
+	}
+	return int(tag.RowsAffected()), nil
+}

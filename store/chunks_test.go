@@ -184,3 +184,41 @@ func TestChunkedPagesAreDeliveredOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestUnheldChunksAreDropped: a chunk that nothing refers to (its batch
+// stored by a node built before chunks) goes; one with pages still to
+// take, or in a batch out, stays.
+func TestUnheldChunksAreDropped(t *testing.T) {
+	s := harness.OpenStore(t)
+	key, _ := chunkedCampaign(t, s)
+	var chunks []int64
+	if err := s.Pool().QueryRow(ctx, `SELECT array_agg(id ORDER BY id) FROM body_chunks WHERE campaign = $1`, key).Scan(&chunks); err != nil || len(chunks) != 2 {
+		t.Fatalf("chunks %v (%v), want 2", chunks, err)
+	}
+	// The first chunk: q's pages in a batch out, p's stored the old way
+	// (the batch row gone, the chunk left). The second: pages to take.
+	l := store.Lease{CampaignKey: key, CampaignID: "c", Processor: "q", ID: 1<<32 | 1, Held: true}
+	if lease, err := s.LeaseDeliveries(ctx, l, 5, 1<<10, 1<<20, 100); err != nil || len(lease.Pages) != 5 {
+		t.Fatalf("q's lease: %d pages (%v), want the first chunk's 5", len(lease.Pages), err)
+	}
+	if _, err := s.Pool().Exec(ctx, `DELETE FROM chunk_deliveries WHERE campaign = $1 AND processor = 'p' AND chunk = $2`, key, chunks[0]); err != nil {
+		t.Fatal(err)
+	}
+	kept := func() []int64 {
+		t.Helper()
+		var ids []int64
+		if err := s.Pool().QueryRow(ctx, `SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM body_chunks WHERE campaign = $1`, key).Scan(&ids); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	if n, err := s.DropUnheldChunks(ctx, key); err != nil || n != 0 || fmt.Sprint(kept()) != fmt.Sprint(chunks) {
+		t.Fatalf("dropped %d (%v), kept %v: want both kept (q's batch holds the first, the second has pages to take)", n, err, kept())
+	}
+	if _, err := s.Pool().Exec(ctx, `DELETE FROM delivery_batches WHERE campaign = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.DropUnheldChunks(ctx, key); err != nil || n != 1 || fmt.Sprint(kept()) != fmt.Sprint(chunks[1:]) {
+		t.Errorf("dropped %d (%v), kept %v: want the first dropped, %v kept", n, err, kept(), chunks[1:])
+	}
+}
