@@ -191,9 +191,9 @@ func TestChunkedPagesAreDeliveredOnce(t *testing.T) {
 func TestUnheldChunksAreDropped(t *testing.T) {
 	s := harness.OpenStore(t)
 	key, _ := chunkedCampaign(t, s)
-	var chunks []int64
-	if err := s.Pool().QueryRow(ctx, `SELECT array_agg(id ORDER BY id) FROM body_chunks WHERE campaign = $1`, key).Scan(&chunks); err != nil || len(chunks) != 2 {
-		t.Fatalf("chunks %v (%v), want 2", chunks, err)
+	chunks := int64s(t, s, `SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM body_chunks WHERE campaign = $1`, key)
+	if len(chunks) != 2 {
+		t.Fatalf("chunks %v, want 2", chunks)
 	}
 	// The first chunk: q's pages in a batch out, p's stored the old way
 	// (the batch row gone, the chunk left). The second: pages to take.
@@ -206,11 +206,7 @@ func TestUnheldChunksAreDropped(t *testing.T) {
 	}
 	kept := func() []int64 {
 		t.Helper()
-		var ids []int64
-		if err := s.Pool().QueryRow(ctx, `SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM body_chunks WHERE campaign = $1`, key).Scan(&ids); err != nil {
-			t.Fatal(err)
-		}
-		return ids
+		return int64s(t, s, `SELECT coalesce(array_agg(id ORDER BY id), '{}') FROM body_chunks WHERE campaign = $1`, key)
 	}
 	if n, err := s.DropUnheldChunks(ctx, key); err != nil || n != 0 || fmt.Sprint(kept()) != fmt.Sprint(chunks) {
 		t.Fatalf("dropped %d (%v), kept %v: want both kept (q's batch holds the first, the second has pages to take)", n, err, kept())

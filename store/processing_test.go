@@ -357,6 +357,16 @@ func TestCommitKeepsTheBodiesOfThePagesItRecords(t *testing.T) {
 	}
 }
 
+// int64s is the array of int64 a query answers with.
+func int64s(t *testing.T, s *store.Store, query string, args ...any) []int64 {
+	t.Helper()
+	var out []int64
+	if err := s.Pool().QueryRow(ctx, query, args...).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // claimPages starts a campaign of a.test with raw URLs, leases them all
 // and claims the first claim of them (in lease order) for holder n1: it
 // says every URL leased, and the claims.
@@ -475,11 +485,7 @@ func testBodyStaysWhileAnotherProcessorWaits(t *testing.T, held bool) {
 	}
 	bodies := func() []int64 {
 		t.Helper()
-		var ids []int64
-		if err := s.Pool().QueryRow(ctx, `SELECT coalesce(array_agg(url_id ORDER BY url_id), '{}') FROM page_bodies WHERE campaign = $1`, key).Scan(&ids); err != nil {
-			t.Fatal(err)
-		}
-		return ids
+		return int64s(t, s, `SELECT coalesce(array_agg(url_id ORDER BY url_id), '{}') FROM page_bodies WHERE campaign = $1`, key)
 	}
 	qFirst := leaseAndStore("q", 1, 1, false) // out, not yet stored
 	pages := leaseAndStore("p", 1, 2, true)
