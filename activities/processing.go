@@ -169,6 +169,7 @@ func processRequest(campaignID, processor string, pages []store.LeasedPage, body
 // that failed for good fails each of its pages with the error.
 func (c *Control) StoreProcessed(ctx context.Context, req campaign.StoreProcessedRequest) (campaign.StoreProcessedResult, error) {
 	var res campaign.StoreProcessedResult
+	l := store.Lease{CampaignKey: req.CampaignKey, CampaignID: req.CampaignID, Processor: req.Processor, ID: req.Lease, Held: req.Held}
 	byKey := make(map[string]int64, len(req.IDs))
 	for _, id := range req.IDs {
 		byKey[store.PageKey(req.CampaignID, id)] = id
@@ -182,7 +183,7 @@ func (c *Control) StoreProcessed(ctx context.Context, req campaign.StoreProcesse
 	var links []store.NewURL
 	if req.Error == "" && req.Result != nil {
 		var err error
-		if links, err = c.processorLinks(ctx, req, byKey); err != nil {
+		if links, err = c.processorLinks(ctx, req, l, byKey); err != nil {
 			return res, err
 		}
 		for _, pr := range req.Result.Pages {
@@ -209,7 +210,6 @@ func (c *Control) StoreProcessed(ctx context.Context, req campaign.StoreProcesse
 		}
 		res.Discovered = n
 	}
-	l := store.Lease{CampaignKey: req.CampaignKey, CampaignID: req.CampaignID, Processor: req.Processor, ID: req.Lease, Held: req.Held}
 	if _, err := c.Store.StoreProcessed(ctx, l, results); err != nil {
 		return res, err
 	}
@@ -232,8 +232,9 @@ func (c *Control) StoreProcessed(ctx context.Context, req campaign.StoreProcesse
 }
 
 // processorLinks turns the links a processor returned into frontier rows,
-// under the campaign's scope, one hop deeper than their page.
-func (c *Control) processorLinks(ctx context.Context, req campaign.StoreProcessedRequest, byKey map[string]int64) ([]store.NewURL, error) {
+// under the campaign's scope, one hop deeper than their page (leased
+// under l).
+func (c *Control) processorLinks(ctx context.Context, req campaign.StoreProcessedRequest, l store.Lease, byKey map[string]int64) ([]store.NewURL, error) {
 	var wanted []int64
 	for _, pr := range req.Result.Pages {
 		if id, ok := byKey[pr.Key]; ok && len(pr.Links) > 0 && pr.Error == "" {
@@ -251,7 +252,6 @@ func (c *Control) processorLinks(ctx context.Context, req campaign.StoreProcesse
 	if err != nil {
 		return nil, err
 	}
-	l := store.Lease{CampaignKey: req.CampaignKey, CampaignID: req.CampaignID, Processor: req.Processor, ID: req.Lease, Held: req.Held}
 	pages, err := c.Store.DeliveryPages(ctx, l, wanted)
 	if err != nil {
 		return nil, err

@@ -382,11 +382,14 @@ const (
 		JOIN body_chunks b ON b.id = t.id AND b.secret = t.secret`
 )
 
+// querier runs a query: the pool, or a transaction.
+type querier interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}
+
 // readChunks reads the chunks a query (chunksOfCampaign, chunksBySecret)
 // finds, and calls fn with each page of each.
-func readChunks(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, query string, args []any, fn func(chunk int64, secret string, p *chunkPage)) error {
+func readChunks(ctx context.Context, q querier, query string, args []any, fn func(chunk int64, secret string, p *chunkPage)) error {
 	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
 		return err
@@ -410,9 +413,7 @@ func readChunks(ctx context.Context, q interface {
 }
 
 // chunkBodies finds the bodies that chunk tokens name, into out.
-func chunkBodies(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, tokens []string, out map[string]chunkPage) error {
+func chunkBodies(ctx context.Context, q querier, tokens []string, out map[string]chunkPage) error {
 	var chunks []int64
 	var secrets []string
 	named := map[string]bool{}
@@ -440,14 +441,15 @@ func dropChunks(ctx context.Context, tx pgx.Tx, campaignKey any, chunks []int64)
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM body_chunks WHERE id = ANY($1) ORDER BY id FOR UPDATE`, chunks); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, `
-		DELETE FROM body_chunks b
-		WHERE b.id = ANY($2)
-		  AND NOT EXISTS (SELECT 1 FROM chunk_deliveries d WHERE d.chunk = b.id)
-		  AND b.id NOT IN (SELECT unnest(chunks) FROM delivery_batches WHERE campaign = $1 AND chunks IS NOT NULL)`,
-		campaignKey, chunks)
+	_, err := tx.Exec(ctx, `DELETE FROM body_chunks b WHERE b.id = ANY($2) AND `+unheldChunk, campaignKey, chunks)
 	return err
 }
+
+// unheldChunk is true of a chunk b of campaign $1 that no processor has
+// pages of left: none still to take, none in a batch out.
+const unheldChunk = `
+	NOT EXISTS (SELECT 1 FROM chunk_deliveries d WHERE d.chunk = b.id)
+	AND b.id NOT IN (SELECT unnest(chunks) FROM delivery_batches WHERE campaign = $1 AND chunks IS NOT NULL)`
 
 // distinct is the values of xs, each once, in order.
 func distinct(xs []int64) []int64 {
@@ -464,11 +466,7 @@ func distinct(xs []int64) []int64 {
 // between a chunk's deliveries rows and batches, so a chunk with none
 // gets none again: this is safe at any time.
 func (s *Store) DropUnheldChunks(ctx context.Context, campaignKey int64) (int, error) {
-	tag, err := s.pool.Exec(ctx, `
-		DELETE FROM body_chunks b
-		WHERE b.campaign = $1
-		  AND NOT EXISTS (SELECT 1 FROM chunk_deliveries d WHERE d.chunk = b.id)
-		  AND b.id NOT IN (SELECT unnest(chunks) FROM delivery_batches WHERE campaign = $1 AND chunks IS NOT NULL)`, campaignKey)
+	tag, err := s.pool.Exec(ctx, `DELETE FROM body_chunks b WHERE b.campaign = $1 AND `+unheldChunk, campaignKey)
 	if err != nil {
 		return 0, fmt.Errorf("drop unheld chunks of campaign %d: %w", campaignKey, err)
 	}
