@@ -144,19 +144,24 @@ func TestWARCAndMetrics(t *testing.T) {
 	})
 	s := harness.NewStack(t)
 	warcDir := t.TempDir()
-	port, err := devstack.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr := fmt.Sprintf("127.0.0.1:%d", port)
-	withWARC := func(addr string) func(*config.Config) {
+	// Both nodes serve /metrics: which of them owns hosts is the hash's
+	// choice (8 hosts on random ports, so a node owns none in one run of
+	// 256), and the test reads whichever fetched.
+	metricsAddr := map[string]string{}
+	withWARC := func() func(*config.Config) {
+		port, err := devstack.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		return func(c *config.Config) {
 			c.Node.WARCDir, c.Node.WARCMaxSize = warcDir, 1<<20 // small files: rotation is exercised
 			c.Node.MetricsAddr = addr
+			metricsAddr[c.Node.ID] = addr
 		}
 	}
-	a := s.StartNodeWith("a", 1, withWARC(metricsAddr))
-	b := s.StartNodeWith("b", 1, withWARC(""))
+	a := s.StartNodeWith("a", 1, withWARC())
+	b := s.StartNodeWith("b", 1, withWARC())
 
 	spec := loopbackSpec(web)
 	spec.Politeness = campaign.Politeness{MinDelay: campaign.Duration(10 * time.Millisecond), MaxConcurrencyPerHost: 2}
@@ -167,16 +172,34 @@ func TestWARCAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFetched(t, s, id, 100)
-	var fams map[string]*dto.MetricFamily
-	harness.Eventually(t, time.Minute, "node a's metrics to count pages and Temporal activity", func() bool {
-		fams = scrape(t, metricsAddr)
-		return sum(fams["spiderpool_responses_total"], map[string]string{"class": "2xx", "node": a}) > 0 &&
-			sum(fams["temporal_activity_execution_latency_seconds"], nil) > 0
+	var (
+		fams    map[string]*dto.MetricFamily
+		fetcher string
+		seen    []string
+	)
+	defer func() {
+		if t.Failed() {
+			t.Logf("last scrapes: %s", strings.Join(seen, "; "))
+		}
+	}()
+	harness.Eventually(t, time.Minute, "a node's metrics to count its pages and Temporal activity", func() bool {
+		seen = seen[:0]
+		for _, node := range []string{a, b} {
+			f := scrape(t, metricsAddr[node])
+			pages := sum(f["spiderpool_responses_total"], map[string]string{"class": "2xx", "node": node})
+			activity := sum(f["temporal_activity_execution_latency_seconds"], nil)
+			seen = append(seen, fmt.Sprintf("%s: 2xx=%.0f activities=%.0f", node, pages, activity))
+			if pages > 0 && activity > 0 {
+				fams, fetcher = f, node
+				return true
+			}
+		}
+		return false
 	})
 	for _, name := range []string{"spiderpool_fetch_duration_seconds", "spiderpool_host_wait_seconds",
 		"spiderpool_lease_age_seconds", "spiderpool_response_bytes_total", "spiderpool_urls_total"} {
-		if sum(fams[name], map[string]string{"node": a}) == 0 {
-			t.Errorf("%s is zero mid-crawl", name)
+		if sum(fams[name], map[string]string{"node": fetcher}) == 0 {
+			t.Errorf("%s is zero mid-crawl on node %s", name, fetcher)
 		}
 	}
 	var sdk []string
@@ -185,9 +208,9 @@ func TestWARCAndMetrics(t *testing.T) {
 			sdk = append(sdk, name)
 		}
 	}
-	t.Logf("mid-crawl: node %s responses 2xx=%.0f, bytes=%.0f; %d Temporal SDK series non-zero (e.g. %v)",
-		a, sum(fams["spiderpool_responses_total"], map[string]string{"class": "2xx"}),
-		sum(fams["spiderpool_response_bytes_total"], nil), len(sdk), head(sdk))
+	t.Logf("mid-crawl: node %s responses 2xx=%.0f, bytes=%.0f; %d Temporal SDK series non-zero (e.g. %v); %s",
+		fetcher, sum(fams["spiderpool_responses_total"], map[string]string{"class": "2xx"}),
+		sum(fams["spiderpool_response_bytes_total"], nil), len(sdk), head(sdk), strings.Join(seen, "; "))
 
 	var summary campaign.Summary
 	if err := run.Get(bounded(t, 3*time.Minute), &summary); err != nil {
