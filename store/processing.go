@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/spiderpool/spiderpool/campaign"
 )
 
 // Delivery states: a page a processor wants is pending, then leased to a
@@ -253,45 +255,51 @@ type Lease struct {
 // and the batch carrying them may never come back.
 func (s *Store) ReleaseDeliveries(ctx context.Context, campaignKey int64, processor string, keepRun int64) (int, error) {
 	var n int
-	err := s.retryTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `
-			UPDATE deliveries SET state = 'pending'
-			WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND (lease IS NULL OR lease >> 32 <> $3)`,
-			campaignKey, processor, keepRun)
-		if err != nil {
-			return err
-		}
-		// Batches that held their pages put them back: into deliveries
-		// rows, or into their chunks' (merged with what those still have).
-		held, err := tx.Query(ctx, `
-			WITH gone AS (
-				DELETE FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease >> 32 <> $3
-				RETURNING ids, chunks
-			), rows AS (
-				INSERT INTO deliveries (campaign, processor, url_id)
-				SELECT $1, $2, unnest(ids) FROM gone WHERE ids IS NOT NULL AND chunks IS NULL
-				ON CONFLICT DO NOTHING
-				RETURNING 1
-			), pages AS (
-				SELECT p.id, p.chunk FROM gone, unnest(gone.ids, gone.chunks) AS p(id, chunk) WHERE gone.chunks IS NOT NULL
-			), chunked AS (
-				INSERT INTO chunk_deliveries AS d (campaign, processor, chunk, ids)
-				SELECT $1, $2, chunk, array_agg(id ORDER BY id) FROM pages GROUP BY chunk
-				ON CONFLICT (campaign, processor, chunk) DO UPDATE
-				SET ids = ARRAY(SELECT DISTINCT x FROM unnest(d.ids || excluded.ids) x ORDER BY x)
-			)
-			SELECT (SELECT count(*) FROM rows) + (SELECT count(*) FROM pages)`, campaignKey, processor, keepRun)
-		if err != nil {
-			return err
-		}
-		back, err := pgx.CollectExactlyOneRow(held, pgx.RowTo[int64])
-		n = int(tag.RowsAffected() + back)
+	err := s.retryTx(ctx, func(tx pgx.Tx) (err error) {
+		n, err = releaseOtherRuns(ctx, tx, campaignKey, processor, keepRun)
 		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("release deliveries of campaign %d to %s: %w", campaignKey, processor, err)
 	}
 	return n, nil
+}
+
+// releaseOtherRuns returns to pending what leases of runs other than
+// keepRun hold, and says how many pages.
+func releaseOtherRuns(ctx context.Context, tx pgx.Tx, campaignKey int64, processor string, keepRun int64) (int, error) {
+	tag, err := tx.Exec(ctx, `
+		UPDATE deliveries SET state = 'pending'
+		WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND (lease IS NULL OR lease >> 32 <> $3)`,
+		campaignKey, processor, keepRun)
+	if err != nil {
+		return 0, err
+	}
+	// Batches that held their pages put them back: into deliveries
+	// rows, or into their chunks' (merged with what those still have).
+	held, err := tx.Query(ctx, `
+		WITH gone AS (
+			DELETE FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease >> 32 <> $3
+			RETURNING ids, chunks
+		), rows AS (
+			INSERT INTO deliveries (campaign, processor, url_id)
+			SELECT $1, $2, unnest(ids) FROM gone WHERE ids IS NOT NULL AND chunks IS NULL
+			ON CONFLICT DO NOTHING
+			RETURNING 1
+		), pages AS (
+			SELECT p.id, p.chunk FROM gone, unnest(gone.ids, gone.chunks) AS p(id, chunk) WHERE gone.chunks IS NOT NULL
+		), chunked AS (
+			INSERT INTO chunk_deliveries AS d (campaign, processor, chunk, ids)
+			SELECT $1, $2, chunk, array_agg(id ORDER BY id) FROM pages GROUP BY chunk
+			ON CONFLICT (campaign, processor, chunk) DO UPDATE
+			SET ids = ARRAY(SELECT DISTINCT x FROM unnest(d.ids || excluded.ids) x ORDER BY x)
+		)
+		SELECT (SELECT count(*) FROM rows) + (SELECT count(*) FROM pages)`, campaignKey, processor, keepRun)
+	if err != nil {
+		return 0, err
+	}
+	back, err := pgx.CollectExactlyOneRow(held, pgx.RowTo[int64])
+	return int(tag.RowsAffected() + back), err
 }
 
 // waitingSQL counts a processor's pages pending, up to $3: in deliveries
@@ -325,7 +333,7 @@ func (s *Store) LeaseDeliveries(ctx context.Context, l Lease, max int, inline, b
 	var out DeliveryLease
 	err := s.retryTx(ctx, func(tx pgx.Tx) error {
 		out = DeliveryLease{}
-		ids, chunks, _, err := leaseDeliveryIDs(ctx, tx, l, max)
+		ids, chunks, _, err := leaseOrReclaim(ctx, tx, l, max)
 		if err != nil {
 			return err
 		}
@@ -356,7 +364,7 @@ func (s *Store) LeaseBatch(ctx context.Context, l Lease, max, countTo int) (Batc
 	err := s.retryTx(ctx, func(tx pgx.Tx) error {
 		out = BatchLease{}
 		var err error
-		if out.IDs, _, out.Token, err = leaseDeliveryIDs(ctx, tx, l, max); err != nil {
+		if out.IDs, _, out.Token, err = leaseOrReclaim(ctx, tx, l, max); err != nil {
 			return err
 		}
 		if len(out.IDs) > 0 && out.Token == "" {
@@ -429,6 +437,26 @@ func (s *Store) BatchByToken(ctx context.Context, token string, inline, batchByt
 const leasedIDsSQL = `
 	SELECT url_id FROM deliveries
 	WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND lease = $3`
+
+// leaseOrReclaim leases as leaseDeliveryIDs does. When it finds no page
+// pending, it first takes back what batches of ended runs still hold,
+// then leases again: a run's first lease releases them (Reset), but a
+// batch of the run before, cut off at continue-as-new in the middle of
+// its lease, can commit after that, and its pages would wait for nobody.
+// So a processor is dry only when no ended run holds a page of it.
+func leaseOrReclaim(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids, chunks []int64, token string, err error) {
+	ids, chunks, token, err = leaseDeliveryIDs(ctx, tx, l, max)
+	if err != nil || len(ids) > 0 {
+		return ids, chunks, token, err
+	}
+	switch n, err := releaseOtherRuns(ctx, tx, l.CampaignKey, l.Processor, campaign.LeaseRun(l.ID)); {
+	case err != nil:
+		return nil, nil, "", err
+	case n == 0:
+		return nil, nil, "", nil
+	}
+	return leaseDeliveryIDs(ctx, tx, l, max)
+}
 
 // leaseDeliveryIDs leases up to max pending deliveries under l, or finds
 // those it holds already (a retried lease). A held lease names its batch

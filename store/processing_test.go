@@ -85,6 +85,51 @@ func testResetReleasesOnlyOtherRunsLeases(t *testing.T, held bool) {
 	}
 }
 
+// TestEmptyLeaseTakesBackEndedRunsBatches: a batch of an ended run that
+// leased after the next run's reset (cut off at continue-as-new in the
+// middle of its lease) does not keep its pages from the run: the run's
+// lease that finds nothing pending takes them back.
+func TestEmptyLeaseTakesBackEndedRunsBatches(t *testing.T) {
+	bothLeaseKinds(t, testEmptyLeaseTakesBackEndedRunsBatches)
+}
+
+func testEmptyLeaseTakesBackEndedRunsBatches(t *testing.T, held bool) {
+	s := harness.OpenStore(t)
+	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 6)
+	queueForProcessor(t, s, key)
+	const oldRun, newRun = int64(7), int64(9)
+	lease := func(run, seq int64) []int64 {
+		t.Helper()
+		l, err := s.LeaseDeliveries(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: run<<32 | seq, Held: held},
+			3, 1<<10, 1<<20, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, p := range l.Pages {
+			ids = append(ids, p.ID)
+		}
+		return ids
+	}
+	if _, err := s.ReleaseDeliveries(ctx, key, "p", newRun); err != nil { // the new run's reset
+		t.Fatal(err)
+	}
+	mine := lease(newRun, 1)
+	late := lease(oldRun, 5) // the ended run's batch, after the reset
+	if len(mine) != 3 || len(late) != 3 {
+		t.Fatalf("leased %v and %v, want 3 pages each", mine, late)
+	}
+	if got := lease(newRun, 2); fmt.Sprint(got) != fmt.Sprint(late) {
+		t.Errorf("the run's lease with nothing pending took %v, want the ended run's %v", got, late)
+	}
+	if got := lease(newRun, 3); len(got) != 0 {
+		t.Errorf("a lease with nothing pending or held by ended runs took %v", got)
+	}
+	if got := lease(newRun, 1); fmt.Sprint(got) != fmt.Sprint(mine) {
+		t.Errorf("the run's own first lease holds %v, want %v", got, mine)
+	}
+}
+
 // TestBodiesByTokens: one query returns the kept bodies of many tokens, and
 // leaves out a token that names none. A token that starts with its page's
 // id is looked up by the page; one written before tokens carried the id
