@@ -290,8 +290,11 @@ func TestProcessorAndFeedingNodeKilled(t *testing.T) {
 	s := harness.NewStack(t)
 	// Both nodes serve batches and bodies, which go by reference: the
 	// dead node's references fail over to the live one.
-	s.StartNodeProcess("a", 1, "--metrics-addr", "127.0.0.1:0")
-	victim := s.StartNodeProcess("b", 1, "--metrics-addr", "127.0.0.1:0")
+	nodes := map[string]*harness.NodeProcess{}
+	for _, short := range []string{"a", "b"} {
+		n := s.StartNodeProcess(short, 1, "--metrics-addr", "127.0.0.1:0")
+		nodes[n.ID] = n
+	}
 	web, shop := shopWeb(t, 2000, 10*time.Millisecond)
 	queue := s.Name + ".products"
 	// The example's extraction, 20 ms a page: a batch of 50 takes a
@@ -334,6 +337,13 @@ func TestProcessorAndFeedingNodeKilled(t *testing.T) {
 	harness.Eventually(t, 2*time.Minute, "1,000 pages fetched", func() bool {
 		return count(`SELECT count(*)::text FROM pages WHERE campaign = (SELECT key FROM campaigns WHERE id = $1)`) >= 1000
 	})
+	// The shop is one host: the node that feeds the processor is the one
+	// the hash gave it to (either, run to run), the node of the last page.
+	victim := nodes[s.Strings(`SELECT node FROM pages WHERE campaign = (SELECT key FROM campaigns WHERE id = $1)
+		ORDER BY fetched_at DESC LIMIT 1`, "chaos")[0]]
+	if victim == nil {
+		t.Fatal("the last page was fetched by neither node")
+	}
 	if err := victim.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -350,15 +360,25 @@ func TestProcessorAndFeedingNodeKilled(t *testing.T) {
 	if sum.Fetched != pages || st.Processed != pages || st.Failed != 0 {
 		t.Errorf("fetched %d, processor status %+v: want %d fetched and processed", sum.Fetched, st, pages)
 	}
+	// The shop went from the killed node to the other one.
+	byVictim := map[bool]int{}
+	for _, node := range s.Strings(`SELECT node FROM pages WHERE campaign = (SELECT key FROM campaigns WHERE id = $1)`, "chaos") {
+		byVictim[node == victim.ID]++
+	}
+	if byVictim[true] == 0 || byVictim[false] == 0 {
+		t.Errorf("the killed node fetched %d pages and the live one %d: want some each, the shop moved",
+			byVictim[true], byVictim[false])
+	}
 	again := retriedBatches(t, s, "chaos", r.GetRunID(), "products")
 	if inInput, byRef, servers := batchesSent(t, s, "chaos", r.GetRunID(), "products"); inInput != 0 || byRef < int(pages) || servers != 2 {
 		t.Errorf("the processor's inputs carried %d pages, and batch references %d, from at most %d nodes: "+
 			"want every page (%d) in a batch by reference, from 2", inInput, byRef, servers, pages)
 	}
 	missing, dup := web.Tally()
-	t.Logf("processor killed at %d pages processed, node at %d fetched; %d batches ran again after a lost attempt; "+
+	t.Logf("processor killed at %d pages processed, node %s at %d fetched (the other fetched %d); "+
+		"%d batches ran again after a lost attempt; "+
 		"%d pages never requested, %d requested twice (at-least-once for the dead node's in-flight URLs)",
-		processedAtKill, fetchedAtKill, again, missing, dup)
+		processedAtKill, victim.ID, fetchedAtKill, byVictim[false], again, missing, dup)
 	if missing != 0 {
 		t.Errorf("%d pages never requested", missing)
 	}
