@@ -252,10 +252,17 @@ type Lease struct {
 
 // ReleaseDeliveries returns to pending a processor's pages leased by
 // runs other than keepRun (see campaign.LeaseRun): such a run has ended,
-// and the batch carrying them may never come back.
+// and the batch carrying them may never come back. keepRun is recorded
+// as the campaign's live run (see leaseOrReclaim).
 func (s *Store) ReleaseDeliveries(ctx context.Context, campaignKey int64, processor string, keepRun int64) (int, error) {
 	var n int
 	err := s.retryTx(ctx, func(tx pgx.Tx) (err error) {
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO processor_runs (campaign, run) VALUES ($1, $2)
+			ON CONFLICT (campaign) DO UPDATE SET run = excluded.run WHERE processor_runs.run <> excluded.run`,
+			campaignKey, keepRun); err != nil {
+			return err
+		}
 		n, err = releaseOtherRuns(ctx, tx, campaignKey, processor, keepRun)
 		return err
 	})
@@ -438,18 +445,27 @@ const leasedIDsSQL = `
 	SELECT url_id FROM deliveries
 	WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND lease = $3`
 
-// leaseOrReclaim leases as leaseDeliveryIDs does. When it finds no page
-// pending, it first takes back what batches of ended runs still hold,
-// then leases again: a run's first lease releases them (Reset), but a
+// leaseOrReclaim leases as leaseDeliveryIDs does. A lease of the live
+// run (the one whose first lease reset the processors, in
+// processor_runs) that leases nothing first takes back what other runs'
+// batches still hold, then leases again: the reset returned them, but a
 // batch of the run before, cut off at continue-as-new in the middle of
-// its lease, can commit after that, and its pages would wait for nobody.
-// So a processor is dry only when no ended run holds a page of it.
+// its lease, can commit that lease after the reset, and its pages would
+// wait for nobody while the processor looked dry. A lease of any other
+// run takes back nothing: it may be that late lease, and the batches out
+// are the live run's.
 func leaseOrReclaim(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids, chunks []int64, token string, err error) {
 	ids, chunks, token, err = leaseDeliveryIDs(ctx, tx, l, max)
 	if err != nil || len(ids) > 0 {
 		return ids, chunks, token, err
 	}
-	switch n, err := releaseOtherRuns(ctx, tx, l.CampaignKey, l.Processor, campaign.LeaseRun(l.ID)); {
+	run := campaign.LeaseRun(l.ID)
+	var live bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM processor_runs WHERE campaign = $1 AND run = $2)`,
+		l.CampaignKey, run).Scan(&live); err != nil || !live {
+		return nil, nil, "", err
+	}
+	switch n, err := releaseOtherRuns(ctx, tx, l.CampaignKey, l.Processor, run); {
 	case err != nil:
 		return nil, nil, "", err
 	case n == 0:

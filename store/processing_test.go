@@ -87,8 +87,11 @@ func testResetReleasesOnlyOtherRunsLeases(t *testing.T, held bool) {
 
 // TestEmptyLeaseTakesBackEndedRunsBatches: a batch of an ended run that
 // leased after the next run's reset (cut off at continue-as-new in the
-// middle of its lease) does not keep its pages from the run: the run's
-// lease that finds nothing pending takes them back.
+// middle of its lease) does not keep its pages from the run: the live
+// run's lease that finds nothing pending takes them back, and the ended
+// batch's outcome is then stored by nobody. A late lease of the ended run
+// that finds nothing takes back nothing: the batches out are the live
+// run's.
 func TestEmptyLeaseTakesBackEndedRunsBatches(t *testing.T) {
 	bothLeaseKinds(t, testEmptyLeaseTakesBackEndedRunsBatches)
 }
@@ -98,10 +101,12 @@ func testEmptyLeaseTakesBackEndedRunsBatches(t *testing.T, held bool) {
 	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 6)
 	queueForProcessor(t, s, key)
 	const oldRun, newRun = int64(7), int64(9)
+	named := func(run, seq int64) store.Lease {
+		return store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: run<<32 | seq, Held: held}
+	}
 	lease := func(run, seq int64) []int64 {
 		t.Helper()
-		l, err := s.LeaseDeliveries(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: run<<32 | seq, Held: held},
-			3, 1<<10, 1<<20, 100)
+		l, err := s.LeaseDeliveries(ctx, named(run, seq), 3, 1<<10, 1<<20, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,6 +124,9 @@ func testEmptyLeaseTakesBackEndedRunsBatches(t *testing.T, held bool) {
 	if len(mine) != 3 || len(late) != 3 {
 		t.Fatalf("leased %v and %v, want 3 pages each", mine, late)
 	}
+	if got := lease(oldRun, 6); len(got) != 0 {
+		t.Errorf("a late lease of the ended run took %v, want nothing (the live run's batch stays out)", got)
+	}
 	if got := lease(newRun, 2); fmt.Sprint(got) != fmt.Sprint(late) {
 		t.Errorf("the run's lease with nothing pending took %v, want the ended run's %v", got, late)
 	}
@@ -127,6 +135,16 @@ func testEmptyLeaseTakesBackEndedRunsBatches(t *testing.T, held bool) {
 	}
 	if got := lease(newRun, 1); fmt.Sprint(got) != fmt.Sprint(mine) {
 		t.Errorf("the run's own first lease holds %v, want %v", got, mine)
+	}
+	if !held {
+		return // a marked lease's store records what is leased, whoever leased it: once, as before
+	}
+	var results []store.Processed
+	for _, id := range late {
+		results = append(results, store.Processed{ID: id, Items: []json.RawMessage{json.RawMessage(`{"late":true}`)}})
+	}
+	if n, err := s.StoreProcessed(ctx, named(oldRun, 5), results); err != nil || n != 0 {
+		t.Errorf("the ended run's batch stored %d pages (%v), want none: the live run has them", n, err)
 	}
 }
 
