@@ -46,12 +46,10 @@ func queueForProcessor(t *testing.T, s *store.Store, key int64) {
 	}
 }
 
-func testResetReleasesOnlyOtherRunsLeases(t *testing.T, held bool) {
-	s := harness.OpenStore(t)
-	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 6)
-	queueForProcessor(t, s, key)
-	const oldRun, newRun = int64(7), int64(9)
-	lease := func(run, seq int64) []int64 {
+// runLeases leases up to 3 of processor p's pages under lease seq of a
+// run, and gives their ids.
+func runLeases(t *testing.T, s *store.Store, key int64, held bool) func(run, seq int64) []int64 {
+	return func(run, seq int64) []int64 {
 		t.Helper()
 		l, err := s.LeaseDeliveries(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: run<<32 | seq, Held: held},
 			3, 1<<10, 1<<20, 100)
@@ -64,6 +62,14 @@ func testResetReleasesOnlyOtherRunsLeases(t *testing.T, held bool) {
 		}
 		return ids
 	}
+}
+
+func testResetReleasesOnlyOtherRunsLeases(t *testing.T, held bool) {
+	s := harness.OpenStore(t)
+	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 6)
+	queueForProcessor(t, s, key)
+	const oldRun, newRun = int64(7), int64(9)
+	lease := runLeases(t, s, key, held)
 	old := lease(oldRun, 1)
 	mine := lease(newRun, 1)
 	if len(old) != 3 || len(mine) != 3 {
@@ -101,21 +107,7 @@ func testEmptyLeaseTakesBackEndedRunsBatches(t *testing.T, held bool) {
 	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 6)
 	queueForProcessor(t, s, key)
 	const oldRun, newRun = int64(7), int64(9)
-	named := func(run, seq int64) store.Lease {
-		return store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: run<<32 | seq, Held: held}
-	}
-	lease := func(run, seq int64) []int64 {
-		t.Helper()
-		l, err := s.LeaseDeliveries(ctx, named(run, seq), 3, 1<<10, 1<<20, 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ids []int64
-		for _, p := range l.Pages {
-			ids = append(ids, p.ID)
-		}
-		return ids
-	}
+	lease := runLeases(t, s, key, held)
 	if _, err := s.ReleaseDeliveries(ctx, key, "p", newRun); err != nil { // the new run's reset
 		t.Fatal(err)
 	}
@@ -143,7 +135,7 @@ func testEmptyLeaseTakesBackEndedRunsBatches(t *testing.T, held bool) {
 	for _, id := range late {
 		results = append(results, store.Processed{ID: id, Items: []json.RawMessage{json.RawMessage(`{"late":true}`)}})
 	}
-	if n, err := s.StoreProcessed(ctx, named(oldRun, 5), results); err != nil || n != 0 {
+	if n, err := s.StoreProcessed(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: oldRun<<32 | 5, Held: held}, results); err != nil || n != 0 {
 		t.Errorf("the ended run's batch stored %d pages (%v), want none: the live run has them", n, err)
 	}
 }
