@@ -252,15 +252,15 @@ type Lease struct {
 
 // ReleaseDeliveries returns to pending a processor's pages leased by
 // runs other than keepRun (see campaign.LeaseRun): such a run has ended,
-// and the batch carrying them may never come back. keepRun is recorded
-// as the campaign's live run (see leaseOrReclaim).
+// and the batch carrying them may never come back. keepRun becomes the
+// campaign's live run (see liveRun); a run that has ended (a late reset)
+// releases nothing.
 func (s *Store) ReleaseDeliveries(ctx context.Context, campaignKey int64, processor string, keepRun int64) (int, error) {
 	var n int
-	err := s.retryTx(ctx, func(tx pgx.Tx) (err error) {
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO processor_runs (campaign, run) VALUES ($1, $2)
-			ON CONFLICT (campaign) DO UPDATE SET run = excluded.run WHERE processor_runs.run <> excluded.run`,
-			campaignKey, keepRun); err != nil {
+	err := s.retryTx(ctx, func(tx pgx.Tx) error {
+		live, err := liveRun(ctx, tx, campaignKey, keepRun)
+		if err != nil || !live {
+			n = 0
 			return err
 		}
 		n, err = releaseOtherRuns(ctx, tx, campaignKey, processor, keepRun)
@@ -270,6 +270,40 @@ func (s *Store) ReleaseDeliveries(ctx context.Context, campaignKey int64, proces
 		return 0, fmt.Errorf("release deliveries of campaign %d to %s: %w", campaignKey, processor, err)
 	}
 	return n, nil
+}
+
+// liveRun makes run the campaign's live run in processor_runs, unless it
+// has ended, and says whether it is live. The row is locked FOR UPDATE:
+// the leases under way (which hold it FOR SHARE, see runState) commit
+// first, so the release after it sees what they took.
+func liveRun(ctx context.Context, tx pgx.Tx, campaignKey, run int64) (bool, error) {
+	if _, err := tx.Exec(ctx, `INSERT INTO processor_runs (campaign, run) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		campaignKey, run); err != nil {
+		return false, err
+	}
+	var live, ended bool
+	if err := tx.QueryRow(ctx, `SELECT run = $2, $2 = ANY(ended) FROM processor_runs WHERE campaign = $1 FOR UPDATE`,
+		campaignKey, run).Scan(&live, &ended); err != nil {
+		return false, err
+	}
+	if live || ended {
+		return live, nil
+	}
+	_, err := tx.Exec(ctx, `UPDATE processor_runs SET ended = ended || run, run = $2 WHERE campaign = $1`, campaignKey, run)
+	return err == nil, err
+}
+
+// runState says whether a lease's run is the campaign's live run, or one
+// that has ended, holding the campaign's processor_runs row FOR SHARE to
+// the end of the lease (see liveRun). A run in neither (none has reset
+// yet, or its reset was by a node not yet upgraded) leases as before.
+func runState(ctx context.Context, tx pgx.Tx, l Lease) (live, ended bool, err error) {
+	err = tx.QueryRow(ctx, `SELECT run = $2, $2 = ANY(ended) FROM processor_runs WHERE campaign = $1 FOR SHARE`,
+		l.CampaignKey, campaign.LeaseRun(l.ID)).Scan(&live, &ended)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, false, nil
+	}
+	return live, ended, err
 }
 
 // releaseOtherRuns returns to pending what leases of runs other than
@@ -445,27 +479,23 @@ const leasedIDsSQL = `
 	SELECT url_id FROM deliveries
 	WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND lease = $3`
 
-// leaseOrReclaim leases as leaseDeliveryIDs does. A lease of the live
-// run (the one whose first lease reset the processors, in
-// processor_runs) that leases nothing first takes back what other runs'
-// batches still hold, then leases again: the reset returned them, but a
-// batch of the run before, cut off at continue-as-new in the middle of
-// its lease, can commit that lease after the reset, and its pages would
-// wait for nobody while the processor looked dry. A lease of any other
-// run takes back nothing: it may be that late lease, and the batches out
-// are the live run's.
+// leaseOrReclaim leases as leaseDeliveryIDs does, for a run that has not
+// ended (runState): a lease of an ended run, one its ProcessBatch child
+// started before it was terminated at continue-as-new, takes nothing.
+// A lease of the live run that leases nothing first takes back what other
+// runs' batches still hold, then leases again: a node not yet upgraded
+// leases for an ended run as before, and its pages would wait for nobody
+// while the processor looked dry.
 func leaseOrReclaim(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids, chunks []int64, token string, err error) {
-	ids, chunks, token, err = leaseDeliveryIDs(ctx, tx, l, max)
-	if err != nil || len(ids) > 0 {
-		return ids, chunks, token, err
-	}
-	run := campaign.LeaseRun(l.ID)
-	var live bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM processor_runs WHERE campaign = $1 AND run = $2)`,
-		l.CampaignKey, run).Scan(&live); err != nil || !live {
+	live, ended, err := runState(ctx, tx, l)
+	if err != nil || ended {
 		return nil, nil, "", err
 	}
-	switch n, err := releaseOtherRuns(ctx, tx, l.CampaignKey, l.Processor, run); {
+	ids, chunks, token, err = leaseDeliveryIDs(ctx, tx, l, max)
+	if err != nil || len(ids) > 0 || !live {
+		return ids, chunks, token, err
+	}
+	switch n, err := releaseOtherRuns(ctx, tx, l.CampaignKey, l.Processor, campaign.LeaseRun(l.ID)); {
 	case err != nil:
 		return nil, nil, "", err
 	case n == 0:

@@ -91,52 +91,69 @@ func testResetReleasesOnlyOtherRunsLeases(t *testing.T, held bool) {
 	}
 }
 
-// TestEmptyLeaseTakesBackEndedRunsBatches: a batch of an ended run that
-// leased after the next run's reset (cut off at continue-as-new in the
-// middle of its lease) does not keep its pages from the run: the live
-// run's lease that finds nothing pending takes them back, and the ended
-// batch's outcome is then stored by nobody. A late lease of the ended run
-// that finds nothing takes back nothing: the batches out are the live
-// run's.
-func TestEmptyLeaseTakesBackEndedRunsBatches(t *testing.T) {
-	bothLeaseKinds(t, testEmptyLeaseTakesBackEndedRunsBatches)
+// TestEndedRunsLeaseNothing: once a run's reset has made it live, a
+// lease of the run before (its ProcessBatch child, terminated at
+// continue-as-new in the middle of its lease) takes nothing, and a late
+// reset of that run releases nothing. A lease of a run never reset (by a
+// node not yet upgraded) still leases; the live run's lease that then
+// finds nothing pending takes its pages back, and that batch's outcome is
+// stored by nobody.
+func TestEndedRunsLeaseNothing(t *testing.T) {
+	bothLeaseKinds(t, testEndedRunsLeaseNothing)
 }
 
-func testEmptyLeaseTakesBackEndedRunsBatches(t *testing.T, held bool) {
+func testEndedRunsLeaseNothing(t *testing.T, held bool) {
 	s := harness.OpenStore(t)
-	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 6)
+	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 9)
 	queueForProcessor(t, s, key)
-	const oldRun, newRun = int64(7), int64(9)
+	const oldRun, newRun, unknownRun = int64(7), int64(9), int64(11)
 	lease := runLeases(t, s, key, held)
-	if _, err := s.ReleaseDeliveries(ctx, key, "p", newRun); err != nil { // the new run's reset
-		t.Fatal(err)
+	reset := func(run int64) int {
+		t.Helper()
+		n, err := s.ReleaseDeliveries(ctx, key, "p", run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	reset(oldRun)
+	old := lease(oldRun, 1)
+	if n := reset(newRun); n != 3 || len(old) != 3 {
+		t.Fatalf("the new run's reset released %d of the old run's %v, want all 3", n, old)
 	}
 	mine := lease(newRun, 1)
-	late := lease(oldRun, 5) // the ended run's batch, after the reset
-	if len(mine) != 3 || len(late) != 3 {
-		t.Fatalf("leased %v and %v, want 3 pages each", mine, late)
+	if fmt.Sprint(mine) != fmt.Sprint(old) {
+		t.Fatalf("the new run's first lease took %v, want the old run's %v back", mine, old)
 	}
-	if got := lease(oldRun, 6); len(got) != 0 {
-		t.Errorf("a late lease of the ended run took %v, want nothing (the live run's batch stays out)", got)
+	if got := lease(oldRun, 2); len(got) != 0 {
+		t.Errorf("a lease of the ended run took %v, want nothing", got)
 	}
-	if got := lease(newRun, 2); fmt.Sprint(got) != fmt.Sprint(late) {
-		t.Errorf("the run's lease with nothing pending took %v, want the ended run's %v", got, late)
-	}
-	if got := lease(newRun, 3); len(got) != 0 {
-		t.Errorf("a lease with nothing pending or held by ended runs took %v", got)
+	if n := reset(oldRun); n != 0 {
+		t.Errorf("a late reset of the ended run released %d pages, want none", n)
 	}
 	if got := lease(newRun, 1); fmt.Sprint(got) != fmt.Sprint(mine) {
-		t.Errorf("the run's own first lease holds %v, want %v", got, mine)
+		t.Errorf("after the late reset the live run's lease holds %v, want %v", got, mine)
+	}
+
+	other := lease(unknownRun, 1)
+	if rest := lease(newRun, 2); len(other) != 3 || len(rest) != 3 {
+		t.Fatalf("a run never reset leased %v, then the live run %v: want 3 each", other, rest)
+	}
+	if got := lease(newRun, 3); fmt.Sprint(got) != fmt.Sprint(other) {
+		t.Errorf("the live run's lease with nothing pending took %v, want the other run's %v", got, other)
+	}
+	if got := lease(newRun, 4); len(got) != 0 {
+		t.Errorf("a lease with nothing pending or held by other runs took %v", got)
 	}
 	if !held {
 		return // a marked lease's store records what is leased, whoever leased it: once, as before
 	}
 	var results []store.Processed
-	for _, id := range late {
+	for _, id := range other {
 		results = append(results, store.Processed{ID: id, Items: []json.RawMessage{json.RawMessage(`{"late":true}`)}})
 	}
-	if n, err := s.StoreProcessed(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: oldRun<<32 | 5, Held: held}, results); err != nil || n != 0 {
-		t.Errorf("the ended run's batch stored %d pages (%v), want none: the live run has them", n, err)
+	if n, err := s.StoreProcessed(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: unknownRun<<32 | 1, Held: held}, results); err != nil || n != 0 {
+		t.Errorf("the other run's batch stored %d pages (%v), want none: the live run has them", n, err)
 	}
 }
 

@@ -71,9 +71,8 @@ const processorCooldown = 5 * time.Second
 //
 // Its batches are awaited at continue-as-new for handOnWait at most: what
 // they held is leased in Postgres, and the next run's first lease returns
-// it to pending (Reset), so a batch cut off then is delivered again (one
-// cut off in the middle of its lease, which commits after the reset, is
-// taken back by the next run's lease that finds nothing pending).
+// it to pending (Reset), so a batch cut off then is delivered again; a
+// lease of the ended run after that takes nothing (store.ReleaseDeliveries).
 // Items are stored once per page whatever the number of deliveries.
 type processor struct {
 	spec campaign.Processor
