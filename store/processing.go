@@ -272,38 +272,60 @@ func (s *Store) ReleaseDeliveries(ctx context.Context, campaignKey int64, proces
 	return n, nil
 }
 
+// keptEndedRuns is how many ended runs processor_runs remembers: a lease
+// of a run can come late only by a local activity's timeout (a minute),
+// far less than 32 runs; and a new run's hash (31 bits) matches one of
+// them by chance once in 67 million.
+const keptEndedRuns = 32
+
+// runLockSQL is the key ($1 the campaign key) of a campaign's run lock,
+// an advisory lock held to the end of a transaction: shared by a lease,
+// exclusive by a reset. A reset waits for the leases under way, and the
+// leases after it wait for the reset, in the order they came (a row lock
+// FOR SHARE would let new leases pass a waiting reset). The two-key form
+// keeps it apart from the migration lock; keys past 2^31 wrap, and two
+// campaigns that share a lock only wait for each other's resets.
+const runLockSQL = `(2, ($1::bigint % 2147483648)::int)`
+
 // liveRun makes run the campaign's live run in processor_runs, unless it
-// has ended, and says whether it is live. The row is locked FOR UPDATE:
-// the leases under way (which hold it FOR SHARE, see runState) commit
-// first, so the release after it sees what they took.
+// has ended, and says whether it is live. It holds the campaign's run
+// lock: the leases under way commit first, so the release after it sees
+// what they took, and a lease after it sees the run it replaced ended.
 func liveRun(ctx context.Context, tx pgx.Tx, campaignKey, run int64) (bool, error) {
-	if _, err := tx.Exec(ctx, `INSERT INTO processor_runs (campaign, run) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
-		campaignKey, run); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock`+runLockSQL, campaignKey); err != nil {
 		return false, err
 	}
 	var live, ended bool
-	if err := tx.QueryRow(ctx, `SELECT run = $2, $2 = ANY(ended) FROM processor_runs WHERE campaign = $1 FOR UPDATE`,
-		campaignKey, run).Scan(&live, &ended); err != nil {
-		return false, err
+	err := tx.QueryRow(ctx, `SELECT run = $2, $2 = ANY(ended) FROM processor_runs WHERE campaign = $1`,
+		campaignKey, run).Scan(&live, &ended)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		_, err = tx.Exec(ctx, `INSERT INTO processor_runs (campaign, run) VALUES ($1, $2)`, campaignKey, run)
+		return err == nil, err
+	case err != nil || live || ended:
+		return live, err
 	}
-	if live || ended {
-		return live, nil
-	}
-	_, err := tx.Exec(ctx, `UPDATE processor_runs SET ended = ended || run, run = $2 WHERE campaign = $1`, campaignKey, run)
+	_, err = tx.Exec(ctx, `
+		UPDATE processor_runs SET run = $2,
+		       ended = (ended || run)[greatest(cardinality(ended) + 2 - $3, 1):]
+		WHERE campaign = $1`, campaignKey, run, keptEndedRuns)
 	return err == nil, err
 }
 
-// runState says whether a lease's run is the campaign's live run, or one
-// that has ended, holding the campaign's processor_runs row FOR SHARE to
-// the end of the lease (see liveRun). A run in neither (none has reset
-// yet, or its reset was by a node not yet upgraded) leases as before.
-func runState(ctx context.Context, tx pgx.Tx, l Lease) (live, ended bool, err error) {
-	err = tx.QueryRow(ctx, `SELECT run = $2, $2 = ANY(ended) FROM processor_runs WHERE campaign = $1 FOR SHARE`,
-		l.CampaignKey, campaign.LeaseRun(l.ID)).Scan(&live, &ended)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, false, nil
+// endedRun says whether a lease's run has ended: a later run's reset has
+// replaced it (see liveRun). It takes the campaign's run lock shared, to
+// the end of the lease.
+func endedRun(ctx context.Context, tx pgx.Tx, l Lease) (bool, error) {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared`+runLockSQL, l.CampaignKey); err != nil {
+		return false, err
 	}
-	return live, ended, err
+	var ended bool
+	err := tx.QueryRow(ctx, `SELECT $2 = ANY(ended) FROM processor_runs WHERE campaign = $1`,
+		l.CampaignKey, campaign.LeaseRun(l.ID)).Scan(&ended)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return ended, err
 }
 
 // releaseOtherRuns returns to pending what leases of runs other than
@@ -480,19 +502,21 @@ const leasedIDsSQL = `
 	WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND lease = $3`
 
 // leaseOrReclaim leases as leaseDeliveryIDs does, for a run that has not
-// ended (runState): a lease of an ended run, one its ProcessBatch child
+// ended (endedRun): a lease of an ended run, one its ProcessBatch child
 // started before it was terminated at continue-as-new, takes nothing.
-// A lease of the live run that leases nothing first takes back what other
-// runs' batches still hold, then leases again: a node not yet upgraded
-// leases for an ended run as before, and its pages would wait for nobody
-// while the processor looked dry.
+// A lease that leases nothing first takes back what other runs' batches
+// still hold, then leases again. The reset did that already for leases
+// made before it; this is for the rest: a batch of the run's own that
+// leased before the run's reset did (or while it failed), and leases by
+// nodes not yet upgraded, which lease for an ended run as before. Their
+// pages would wait for nobody while the processor looked dry.
 func leaseOrReclaim(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids, chunks []int64, token string, err error) {
-	live, ended, err := runState(ctx, tx, l)
+	ended, err := endedRun(ctx, tx, l)
 	if err != nil || ended {
 		return nil, nil, "", err
 	}
 	ids, chunks, token, err = leaseDeliveryIDs(ctx, tx, l, max)
-	if err != nil || len(ids) > 0 || !live {
+	if err != nil || len(ids) > 0 {
 		return ids, chunks, token, err
 	}
 	switch n, err := releaseOtherRuns(ctx, tx, l.CampaignKey, l.Processor, campaign.LeaseRun(l.ID)); {

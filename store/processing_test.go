@@ -91,13 +91,13 @@ func testResetReleasesOnlyOtherRunsLeases(t *testing.T, held bool) {
 	}
 }
 
-// TestEndedRunsLeaseNothing: once a run's reset has made it live, a
-// lease of the run before (its ProcessBatch child, terminated at
-// continue-as-new in the middle of its lease) takes nothing, and a late
-// reset of that run releases nothing. A lease of a run never reset (by a
-// node not yet upgraded) still leases; the live run's lease that then
-// finds nothing pending takes its pages back, and that batch's outcome is
-// stored by nobody.
+// TestEndedRunsLeaseNothing: a lease that finds nothing pending takes
+// back what other runs' batches hold, even before its own run's reset
+// (a run's batches start side by side, and the first carries the reset).
+// Once the reset has made a run live, a lease of the run before (its
+// ProcessBatch child, terminated at continue-as-new in the middle of its
+// lease) takes nothing, a late reset of that run releases nothing, and
+// that run's batch stores nothing.
 func TestEndedRunsLeaseNothing(t *testing.T) {
 	bothLeaseKinds(t, testEndedRunsLeaseNothing)
 }
@@ -106,7 +106,7 @@ func testEndedRunsLeaseNothing(t *testing.T, held bool) {
 	s := harness.OpenStore(t)
 	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 9)
 	queueForProcessor(t, s, key)
-	const oldRun, newRun, unknownRun = int64(7), int64(9), int64(11)
+	const oldRun, newRun = int64(7), int64(9)
 	lease := runLeases(t, s, key, held)
 	reset := func(run int64) int {
 		t.Helper()
@@ -118,12 +118,14 @@ func testEndedRunsLeaseNothing(t *testing.T, held bool) {
 	}
 	reset(oldRun)
 	old := lease(oldRun, 1)
-	if n := reset(newRun); n != 3 || len(old) != 3 {
-		t.Fatalf("the new run's reset released %d of the old run's %v, want all 3", n, old)
+	if early := append(lease(newRun, 2), lease(newRun, 3)...); len(old) != 3 || len(early) != 6 {
+		t.Fatalf("the old run leased %v, the new run before its reset %v: want 3 and the other 6", old, early)
 	}
-	mine := lease(newRun, 1)
-	if fmt.Sprint(mine) != fmt.Sprint(old) {
-		t.Fatalf("the new run's first lease took %v, want the old run's %v back", mine, old)
+	if got := lease(newRun, 4); fmt.Sprint(got) != fmt.Sprint(old) {
+		t.Errorf("the new run's lease with nothing pending, before its reset, took %v, want the old run's %v", got, old)
+	}
+	if n := reset(newRun); n != 0 {
+		t.Errorf("the new run's reset released %d pages, want none: its own batches hold them all", n)
 	}
 	if got := lease(oldRun, 2); len(got) != 0 {
 		t.Errorf("a lease of the ended run took %v, want nothing", got)
@@ -131,29 +133,68 @@ func testEndedRunsLeaseNothing(t *testing.T, held bool) {
 	if n := reset(oldRun); n != 0 {
 		t.Errorf("a late reset of the ended run released %d pages, want none", n)
 	}
-	if got := lease(newRun, 1); fmt.Sprint(got) != fmt.Sprint(mine) {
-		t.Errorf("after the late reset the live run's lease holds %v, want %v", got, mine)
-	}
-
-	other := lease(unknownRun, 1)
-	if rest := lease(newRun, 2); len(other) != 3 || len(rest) != 3 {
-		t.Fatalf("a run never reset leased %v, then the live run %v: want 3 each", other, rest)
-	}
-	if got := lease(newRun, 3); fmt.Sprint(got) != fmt.Sprint(other) {
-		t.Errorf("the live run's lease with nothing pending took %v, want the other run's %v", got, other)
-	}
-	if got := lease(newRun, 4); len(got) != 0 {
-		t.Errorf("a lease with nothing pending or held by other runs took %v", got)
+	if n, err := s.DeliveriesWaiting(ctx, key, "p", 100); err != nil || n != 0 {
+		t.Errorf("%d pages pending (%v), want none: the live run's batches hold them all", n, err)
 	}
 	if !held {
 		return // a marked lease's store records what is leased, whoever leased it: once, as before
 	}
 	var results []store.Processed
-	for _, id := range other {
+	for _, id := range old {
 		results = append(results, store.Processed{ID: id, Items: []json.RawMessage{json.RawMessage(`{"late":true}`)}})
 	}
-	if n, err := s.StoreProcessed(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: unknownRun<<32 | 1, Held: held}, results); err != nil || n != 0 {
-		t.Errorf("the other run's batch stored %d pages (%v), want none: the live run has them", n, err)
+	if n, err := s.StoreProcessed(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: oldRun<<32 | 1, Held: held}, results); err != nil || n != 0 {
+		t.Errorf("the ended run's batch stored %d pages (%v), want none: the live run has them", n, err)
+	}
+}
+
+// TestResetWaitsForTheLeaseUnderWay: a lease under way when the next run
+// resets (the ended run's batch, cut off at continue-as-new in the middle
+// of its lease) commits first, and the reset returns what it took.
+func TestResetWaitsForTheLeaseUnderWay(t *testing.T) {
+	s := harness.OpenStore(t)
+	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 6)
+	queueForProcessor(t, s, key)
+	const oldRun, newRun = int64(7), int64(9)
+	if _, err := s.ReleaseDeliveries(ctx, key, "p", oldRun); err != nil {
+		t.Fatal(err)
+	}
+	ids, end, err := s.LeaseUnderWay(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: oldRun<<32 | 1, Held: true}, 3)
+	if err != nil || len(ids) != 3 {
+		t.Fatalf("the lease under way took %v (%v), want 3 pages", ids, err)
+	}
+	t.Cleanup(func() { _ = end(false) }) // a failed test's open lease would hold the store's Close
+	type released struct {
+		n   int
+		err error
+	}
+	done := make(chan released, 1)
+	go func() {
+		n, err := s.ReleaseDeliveries(ctx, key, "p", newRun)
+		done <- released{n, err}
+	}()
+	harness.Eventually(t, 30*time.Second, "the reset to wait for the lease under way", func() bool {
+		select {
+		case r := <-done:
+			t.Fatalf("the reset ended (%d pages, %v) while a lease was under way", r.n, r.err)
+		default:
+		}
+		waits, err := s.WaitsForLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return waits
+	})
+	if err := end(true); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.n != 3 {
+			t.Errorf("the reset released %d pages (%v), want the 3 the lease under way took", r.n, r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reset did not end within 30 s of the lease's commit")
 	}
 }
 
