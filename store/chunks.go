@@ -338,16 +338,24 @@ const chunksWaitingSQL = `
 		WHERE campaign = $1 AND processor = $2
 		ORDER BY chunk LIMIT $3) c`
 
+// chunkOf maps each of ids to its chunk (chunks[i] that of ids[i]). A
+// page is read from that chunk only: a retried commit can leave a
+// refused page's copy in a later chunk too, which no delivery names.
+func chunkOf(ids, chunks []int64) map[int64]int64 {
+	m := make(map[int64]int64, len(ids))
+	for i, id := range ids {
+		m[id] = chunks[i]
+	}
+	return m
+}
+
 // chunkedPages reads the pages of ids, each in its chunk (chunks[i] is
 // that of ids[i]), as leasedPages does.
 func chunkedPages(ctx context.Context, q pgx.Tx, campaignKey int64, ids, chunks []int64, inline, batchBytes int64) ([]LeasedPage, error) {
-	want := make(map[int64]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
-	}
+	want := chunkOf(ids, chunks)
 	var out []LeasedPage
 	err := readChunks(ctx, q, chunksOfCampaign, []any{distinct(chunks), campaignKey}, func(chunk int64, secret string, p *chunkPage) {
-		if !want[p.ID] {
+		if c, ok := want[p.ID]; !ok || c != chunk {
 			return
 		}
 		out = append(out, LeasedPage{

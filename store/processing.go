@@ -284,7 +284,9 @@ const keptEndedRuns = 32
 // leases after it wait for the reset, in the order they came (a row lock
 // FOR SHARE would let new leases pass a waiting reset). The two-key form
 // keeps it apart from the migration lock; keys past 2^31 wrap, and two
-// campaigns that share a lock only wait for each other's resets.
+// campaigns that share a lock only wait for each other's resets. It is a
+// statement of its own: a statement reads as of its start, so a read of
+// processor_runs in the same statement would miss a reset it waited for.
 const runLockSQL = `(2, ($1::bigint % 2147483648)::int)`
 
 // liveRun makes run the campaign's live run in processor_runs, unless it
@@ -916,8 +918,9 @@ func (s *Store) DeliveryPages(ctx context.Context, l Lease, ids []int64) (map[in
 			theirs = append(theirs, chunks[i])
 		}
 	}
-	err = readChunks(ctx, s.pool, chunksOfCampaign, []any{distinct(theirs), l.CampaignKey}, func(_ int64, _ string, c *chunkPage) {
-		if p, ok := out[c.ID]; ok {
+	from := chunkOf(held, chunks)
+	err = readChunks(ctx, s.pool, chunksOfCampaign, []any{distinct(theirs), l.CampaignKey}, func(chunk int64, _ string, c *chunkPage) {
+		if p, ok := out[c.ID]; ok && from[c.ID] == chunk {
 			p.FinalURL = c.Final
 			out[c.ID] = p
 		}
