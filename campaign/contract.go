@@ -78,9 +78,20 @@ type ReweightRequest struct {
 	Weight *float64 `json:"weight"`
 }
 
-// NodeRequest is the argument of drain and undrain.
+// NodeRequest is the argument of drain and undrain. A signal may name
+// many nodes at once in Nodes (an update changes one, and answers with
+// its status).
 type NodeRequest struct {
-	Node string `json:"node"`
+	Node  string   `json:"node"`
+	Nodes []string `json:"nodes,omitempty"`
+}
+
+// IDs are the nodes the request names, Node first; none if it names none.
+func (r NodeRequest) IDs() []string {
+	if r.Node == "" {
+		return r.Nodes
+	}
+	return append([]string{r.Node}, r.Nodes...)
 }
 
 // StartRequest asks to create (or find) the campaign and seed its frontier.
@@ -164,6 +175,11 @@ type LeaseHostsRequest struct {
 	// whose pace no node has recorded yet.
 	MinDelay    Duration `json:"min_delay"`
 	Concurrency int      `json:"concurrency"`
+	// Assign, set by a pool run, routes the batches into Postgres for the
+	// nodes to take; Nodes' Batches are then ignored (the lease counts
+	// each node's room itself), and nodes the registry calls dead get
+	// nothing.
+	Assign *Assign `json:"assign,omitempty"`
 }
 
 // LeaseNode is one ring member in a lease request.
@@ -196,6 +212,8 @@ type HostLease struct {
 	// waiting for it (up to its max_pending + 1): fetching holds back on
 	// it even while all of the processor's batches are out.
 	ProcessorsWaiting map[string]int `json:"processors_waiting,omitempty"`
+	// Routed is what a lease with Assign routed into Postgres.
+	Routed Routed `json:"routed,omitzero"`
 }
 
 // Size is the number of URLs in the lease.
@@ -262,6 +280,9 @@ type FetchBatchRequest struct {
 	// ignores it and keeps them a row each, which nodes built since read
 	// too.
 	BodyChunks bool `json:"body_chunks,omitempty"`
+	// Batch is the batch's row in node_batches when the node took it from
+	// Postgres (a pool run, see PoolRun); 0 for a FetchBatch activity.
+	Batch int64 `json:"batch,omitempty"`
 }
 
 // BatchResult is what a fetch batch did: counts only, never pages.
@@ -284,6 +305,21 @@ type BatchResult struct {
 	Requests        int   `json:"requests"`
 	RequestMillis   int64 `json:"request_ms"`
 	TransportErrors int   `json:"transport_errors"`
+}
+
+// Sub takes o from r, field by field.
+func (r *BatchResult) Sub(o BatchResult) {
+	r.Fetched -= o.Fetched
+	r.Failed -= o.Failed
+	r.Retried -= o.Retried
+	r.Excluded -= o.Excluded
+	r.Discovered -= o.Discovered
+	r.Bytes -= o.Bytes
+	r.Skipped -= o.Skipped
+	r.Released -= o.Released
+	r.Requests -= o.Requests
+	r.RequestMillis -= o.RequestMillis
+	r.TransportErrors -= o.TransportErrors
 }
 
 // Done is the number of URLs the batch settled.
@@ -319,6 +355,16 @@ type ReleaseRequest struct {
 type MembershipRequest struct {
 	// Only, when set, restricts the answer to these node IDs.
 	Only []string `json:"only,omitempty"`
+	// Pull asks for the nodes that take their batches from Postgres
+	// (CapPull), for a run that routes batches there; without it, the
+	// nodes that run FetchBatch activities. See MembershipRequest.Known.
+	Pull bool `json:"pull,omitempty"`
+	// Known is what the run already knows of the registry: the answer of
+	// a Pull request lists only the nodes that differ from it (joined,
+	// gone, reweighted, restarted, dead or alive again), so a quiet pool
+	// of a thousand nodes costs the history nothing. Not recorded: a
+	// local activity's input stays out of the history.
+	Known []NodeInfo `json:"known,omitempty"`
 }
 
 // NodeInfo is one registered node as the registry sees it.
@@ -331,6 +377,12 @@ type NodeInfo struct {
 	// Incarnation changes every time the node process starts.
 	Incarnation string `json:"incarnation"`
 	Version     string `json:"version,omitempty"`
+	// Capabilities say what the node can do (CapPull, CapBatches); empty
+	// for a node of a release before them, which runs batches only.
+	Capabilities []string `json:"capabilities,omitempty"`
+	// Gone, in an answer to a Pull request, says a known node left the
+	// registry.
+	Gone bool `json:"gone,omitempty"`
 }
 
 // Node states in the campaign's ring.
@@ -484,6 +536,9 @@ type Carry struct {
 	Changes []RingChange `json:"changes,omitempty"`
 	// Processors carries each processor's counters.
 	Processors []ProcessorStatus `json:"processors,omitempty"`
+	// PoolTotals are a pool run's totals at its last look (Progress):
+	// the next run's counters move by what they move from there.
+	PoolTotals *BatchResult `json:"pool_totals,omitempty"`
 }
 
 // OrphanBatch is a batch whose result may still arrive as a BatchReport.
@@ -508,7 +563,7 @@ type CarriedNode struct {
 	LatencyMs   float64 `json:"latency_ms,omitempty"`
 	ErrorRate   float64 `json:"error_rate,omitempty"`
 	Samples     int64   `json:"samples,omitempty"`
-	BatchesSent int64   `json:"batches_sent"`
-	Fetched     int64   `json:"fetched"`
-	Failed      int64   `json:"failed"`
+	BatchesSent int64   `json:"batches_sent,omitempty"`
+	Fetched     int64   `json:"fetched,omitempty"`
+	Failed      int64   `json:"failed,omitempty"`
 }

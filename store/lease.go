@@ -26,6 +26,10 @@ type HostLeaseParams struct {
 	// MinDelay and Concurrency are the campaign's own politeness.
 	MinDelay    time.Duration
 	Concurrency int
+	// Assign routes the batches into node_batches for the nodes to take
+	// (a pool run): Nodes' Batches are then counted here, from what each
+	// node holds, and only live nodes that pull are routed to.
+	Assign *campaign.Assign
 }
 
 // maxLeaseHosts bounds the hosts one lease looks at, and with them what a
@@ -53,12 +57,23 @@ func (s *Store) LeaseHosts(ctx context.Context, p HostLeaseParams) (campaign.Hos
 	var lease campaign.HostLease
 	err := s.retryTx(ctx, func(tx pgx.Tx) error {
 		lease = campaign.HostLease{}
+		if p.Assign != nil {
+			if err := expireNodeBatches(ctx, tx, p.CampaignKey); err != nil {
+				return err
+			}
+		}
 		if err := expireLeases(ctx, tx, p.CampaignKey); err != nil {
 			return err
 		}
 		c, err := lockCampaign(ctx, tx, p.CampaignKey, p.MaxPages)
 		if err != nil {
 			return err
+		}
+		p := p
+		if p.Assign != nil {
+			if p.Nodes, err = poolRooms(ctx, tx, p.CampaignKey, p.Nodes, p.Assign.Window); err != nil {
+				return err
+			}
 		}
 		if err := tx.QueryRow(ctx, `SELECT nextval('lease_ids')`).Scan(&lease.LeaseID); err != nil {
 			return fmt.Errorf("new lease id: %w", err)
@@ -82,12 +97,18 @@ func (s *Store) LeaseHosts(ctx context.Context, p HostLeaseParams) (campaign.Hos
 				return err
 			}
 			lease.Batches = plan.batches(leased, p.BatchSize)
+			if p.Assign != nil {
+				if lease.Routed, err = routeBatches(ctx, tx, p.CampaignKey, lease.LeaseID, p.TTL, *p.Assign, lease.Batches); err != nil {
+					return err
+				}
+				lease.Batches = nil
+			}
 		}
 		if err := c.advance(ctx, tx, p.CampaignKey, plan.last, fresh); err != nil {
 			return err
 		}
 		lease.BudgetExhausted = c.budget == 0 || (c.budget > 0 && fresh >= c.budget)
-		if lease.Size() > 0 {
+		if lease.Size() > 0 || lease.Routed.URLs > 0 {
 			return nil
 		}
 		left, err := whatIsLeft(ctx, tx, p.CampaignKey)

@@ -21,6 +21,8 @@ type Registration struct {
 	// HTTPAddr is where the node serves HTTP (metrics, page bodies for
 	// processors), as host:port others can reach; empty when it does not.
 	HTTPAddr string
+	// Capabilities say what the node can do (campaign.CapPull, ...).
+	Capabilities []string
 }
 
 // HolderToken names one node process as the holder of the frontier rows
@@ -34,16 +36,18 @@ func HolderToken(id, incarnation string) string { return id + "@" + incarnation 
 func (s *Store) RegisterNode(ctx context.Context, r Registration) error {
 	_, err := s.pool.Exec(ctx, `
 		WITH n AS (
-			INSERT INTO nodes (id, weight, queue, version, incarnation, ttl, started_at, heartbeat_at, stopped_at, http_addr)
-			VALUES ($1, $2, $3, $4, $5, $6::bigint * interval '1 millisecond', now(), now(), NULL, nullif($8, ''))
+			INSERT INTO nodes (id, weight, queue, version, incarnation, ttl, started_at, heartbeat_at, stopped_at, http_addr,
+				capabilities, capabilities_of)
+			VALUES ($1, $2, $3, $4, $5, $6::bigint * interval '1 millisecond', now(), now(), NULL, nullif($8, ''), $9, $5)
 			ON CONFLICT (id) DO UPDATE SET weight = EXCLUDED.weight, queue = EXCLUDED.queue, version = EXCLUDED.version,
 				incarnation = EXCLUDED.incarnation, ttl = EXCLUDED.ttl, started_at = now(), heartbeat_at = now(), stopped_at = NULL,
-				http_addr = EXCLUDED.http_addr
+				http_addr = EXCLUDED.http_addr, capabilities = EXCLUDED.capabilities, capabilities_of = EXCLUDED.capabilities_of
 			RETURNING ttl
 		)
 		INSERT INTO holders (holder, alive_until) SELECT $7, now() + ttl FROM n
 		ON CONFLICT (holder) DO UPDATE SET alive_until = EXCLUDED.alive_until`,
-		r.ID, r.Weight, r.Queue, r.Version, r.Incarnation, r.TTL.Milliseconds(), HolderToken(r.ID, r.Incarnation), r.HTTPAddr)
+		r.ID, r.Weight, r.Queue, r.Version, r.Incarnation, r.TTL.Milliseconds(), HolderToken(r.ID, r.Incarnation), r.HTTPAddr,
+		nonNil(r.Capabilities))
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", r.ID, err)
 	}
@@ -73,6 +77,37 @@ func (s *Store) HeartbeatNode(ctx context.Context, id, incarnation string, canWo
 	return nil
 }
 
+// HeartbeatNodes is HeartbeatNode for the node identities of one process
+// (worker --replicas) in one statement: a pool of a thousand identities
+// costs one write a beat, not a thousand. It returns the IDs another
+// process has since registered under.
+func (s *Store) HeartbeatNodes(ctx context.Context, ids, incarnations []string, canWork bool) (lost []string, err error) {
+	holders := make([]string, len(ids))
+	for i := range ids {
+		holders[i] = HolderToken(ids[i], incarnations[i])
+	}
+	rows, err := s.pool.Query(ctx, `
+		WITH n AS (
+			UPDATE nodes SET heartbeat_at = CASE WHEN $4 THEN now() ELSE heartbeat_at END
+			FROM unnest($1::text[], $2::text[], $3::text[]) AS me(id, incarnation, holder)
+			WHERE nodes.id = me.id AND nodes.incarnation = me.incarnation
+			RETURNING nodes.id, me.holder, nodes.ttl
+		), h AS (
+			INSERT INTO holders (holder, alive_until) SELECT holder, now() + ttl FROM n
+			ON CONFLICT (holder) DO UPDATE SET alive_until = EXCLUDED.alive_until
+		)
+		SELECT id FROM unnest($1::text[]) AS me(id) WHERE id NOT IN (SELECT id FROM n)`,
+		ids, incarnations, holders, canWork)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat %d nodes: %w", len(ids), err)
+	}
+	lost, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat %d nodes: %w", len(ids), err)
+	}
+	return lost, nil
+}
+
 // DeregisterNode marks the node stopped, so campaigns drop it at their next
 // membership refresh instead of waiting for its TTL, and ends its holder
 // token: whatever it still holds may be claimed at once.
@@ -90,14 +125,15 @@ func (s *Store) DeregisterNode(ctx context.Context, id, incarnation string) erro
 // ID, with liveness judged by the database clock.
 func (s *Store) Nodes(ctx context.Context, only []string) ([]campaign.NodeInfo, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT id, weight, incarnation, version, stopped_at IS NULL AND heartbeat_at + ttl > now()
+		SELECT id, weight, incarnation, version, stopped_at IS NULL AND heartbeat_at + ttl > now(),
+		       CASE WHEN capabilities_of = incarnation THEN capabilities ELSE '{}' END
 		FROM nodes WHERE coalesce(cardinality($1::text[]), 0) = 0 OR id = ANY($1) ORDER BY id`, only)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
 	nodes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (campaign.NodeInfo, error) {
 		var n campaign.NodeInfo
-		err := r.Scan(&n.ID, &n.Weight, &n.Incarnation, &n.Version, &n.Alive)
+		err := r.Scan(&n.ID, &n.Weight, &n.Incarnation, &n.Version, &n.Alive, &n.Capabilities)
 		return n, err
 	})
 	if err != nil {
@@ -134,4 +170,11 @@ func (s *Store) BodyServers(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("nodes serving bodies: %w", err)
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
