@@ -45,6 +45,8 @@ func (c *Control) Register(r interface {
 	r.RegisterActivityWithOptions(c.FinishCampaign, activity.RegisterOptions{Name: campaign.FinishCampaignActivity})
 	r.RegisterActivityWithOptions(c.LeaseDeliveries, activity.RegisterOptions{Name: campaign.LeaseDeliveriesActivity})
 	r.RegisterActivityWithOptions(c.StoreProcessed, activity.RegisterOptions{Name: campaign.StoreProcessedActivity})
+	r.RegisterActivityWithOptions(c.CampaignProgress, activity.RegisterOptions{Name: campaign.CampaignProgressActivity})
+	r.RegisterActivityWithOptions(c.ReleaseNodeBatches, activity.RegisterOptions{Name: campaign.ReleaseNodeBatchesActivity})
 }
 
 // StartCampaign creates the campaign row (or finds it, for a campaign
@@ -119,6 +121,7 @@ func (c *Control) LeaseHosts(ctx context.Context, req campaign.LeaseHostsRequest
 	lease, err := c.Store.LeaseHosts(ctx, store.HostLeaseParams{
 		CampaignKey: req.CampaignKey, Nodes: req.Nodes, BatchSize: req.BatchSize, Horizon: req.Horizon.D(),
 		TTL: req.TTL.D(), MaxPages: req.MaxPages, MinDelay: req.MinDelay.D(), Concurrency: req.Concurrency,
+		Assign: req.Assign,
 	})
 	if err != nil {
 		return lease, err
@@ -179,9 +182,33 @@ func (c *Control) ReleaseBatch(ctx context.Context, req campaign.ReleaseRequest)
 	return c.Store.Release(ctx, req.CampaignKey, req.LeaseID, req.IDs, "")
 }
 
-// RefreshMembership reads the node registry.
+// RefreshMembership reads the node registry: for a pool run (req.Pull),
+// the nodes that pull and differ from what the run knows; for a run that
+// schedules FetchBatch activities, every node that runs them.
 func (c *Control) RefreshMembership(ctx context.Context, req campaign.MembershipRequest) ([]campaign.NodeInfo, error) {
-	return c.Store.Nodes(ctx, req.Only)
+	nodes, err := c.Store.Nodes(ctx, req.Only)
+	if err != nil {
+		return nil, err
+	}
+	if !req.Pull {
+		// Nodes that declare capabilities without CapBatches poll no task
+		// queue: a batch scheduled there would wait for ever.
+		return slices.DeleteFunc(nodes, func(n campaign.NodeInfo) bool {
+			return len(n.Capabilities) > 0 && !slices.Contains(n.Capabilities, campaign.CapBatches)
+		}), nil
+	}
+	return campaign.MembershipChanges(nodes, req.Known), nil
+}
+
+// CampaignProgress reads a pool run's figures.
+func (c *Control) CampaignProgress(ctx context.Context, req campaign.ProgressRequest) (campaign.Progress, error) {
+	return c.Store.CampaignProgress(ctx, req)
+}
+
+// ReleaseNodeBatches hands back what nodes that left a pool run's ring
+// were routed and have not fetched.
+func (c *Control) ReleaseNodeBatches(ctx context.Context, req campaign.ReleaseNodeBatchesRequest) (int, error) {
+	return c.Store.ReleaseNodeBatches(ctx, req.CampaignKey, req.Nodes, req.Lease)
 }
 
 // RecordRingChanges appends ring changes to node_weight_history.
@@ -203,6 +230,12 @@ func (c *Control) FinishCampaign(ctx context.Context, req campaign.FinishRequest
 	sum, err := c.Store.FinishCampaign(ctx, req.CampaignKey, req.Outcome, req.Runs)
 	if err != nil {
 		return sum, fmt.Errorf("finish campaign: %w", err)
+	}
+	// A pool run's batches still queued go back (a cancelled campaign
+	// started again under its ID fetches them at once); its nodes stop
+	// what they hold within a second of seeing it ended.
+	if _, err := c.Store.ReleaseNodeBatches(ctx, req.CampaignKey, nil, 0); err != nil {
+		c.Log.Warn("could not hand back the campaign's queued batches; their leases expire instead", "campaign", sum.CampaignID, "error", err)
 	}
 	if req.Outcome == campaign.OutcomeCompleted {
 		// Only disk is at stake: a failure is logged, not retried.

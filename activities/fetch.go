@@ -52,6 +52,7 @@ type Fetch struct {
 	rules    *rulesCache
 	metrics  *metrics.Crawl
 	archive  *archive.Writer
+	done     func(store.DoneBatch)
 
 	mu         sync.Mutex
 	batches    map[*batch]struct{}
@@ -90,6 +91,9 @@ type FetchOptions struct {
 	// Archive receives every fetched page as WARC records before it is
 	// committed; nil writes none.
 	Archive *archive.Writer
+	// Done receives each batch the node took from Postgres (see Take) once
+	// it is over, with what it did; the Puller reports them.
+	Done func(store.DoneBatch)
 }
 
 // NewFetch returns the fetch activities of node. Start runs the engine;
@@ -108,6 +112,7 @@ func NewFetch(node string, st *store.Store, f *fetch.Fetcher, o FetchOptions, lo
 		rules:      &rulesCache{store: st, byKey: map[int64]*rules{}},
 		metrics:    o.Metrics,
 		archive:    o.Archive,
+		done:       o.Done,
 		batches:    map[*batch]struct{}{},
 		held:       map[int64]*item{},
 		queues:     map[string]*hostQueue{},
@@ -123,32 +128,45 @@ func (f *Fetch) Register(r interface {
 	r.RegisterActivityWithOptions(f.FetchBatch, activity.RegisterOptions{Name: campaign.FetchBatchActivity})
 }
 
-// Start runs the engine's loops: batch heartbeats, host claim renewal and
-// the policy listener.
+// Start runs the engine's loops: batch heartbeats (for FetchBatch
+// activities) and host claim renewal. The policy listener is the
+// process's, shared by its node identities: see WatchPolicies.
 func (f *Fetch) Start() {
-	f.loop(f.heartbeats)
+	if f.temporal != nil {
+		f.loop(f.heartbeats)
+	}
 	f.loop(f.hosts.keep)
-	// News that comes while the policies are being read folds into one
-	// more read: a crawl reaching many hosts announces each batch of them.
+}
+
+// WatchPolicies re-reads the engines' host policies every time a campaign
+// starts or ends, until ctx ends: one listener per process, however many
+// node identities it runs. News that comes while the policies are being
+// read folds into one more read: a crawl reaching many hosts announces
+// each batch of them. Through a transaction pooler (PgBouncer) the
+// listener hears nothing, and the policies are re-read as claims renew.
+func WatchPolicies(ctx context.Context, st *store.Store, engines []*Fetch) {
 	changed := make(chan struct{}, 1)
-	f.loop(func(ctx context.Context) {
-		f.store.ListenPolicies(ctx, func() {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		st.ListenPolicies(ctx, func() {
 			select {
 			case changed <- struct{}{}:
 			default:
 			}
 		})
-	})
-	f.loop(func(ctx context.Context) {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			<-done
+			return
+		case <-changed:
+			for _, f := range engines {
 				f.hosts.refreshPolicies(ctx)
 			}
 		}
-	})
+	}
 }
 
 func (f *Fetch) loop(fn func(context.Context)) {
@@ -224,6 +242,57 @@ type item struct {
 	// Guarded by Fetch.mu.
 	started bool // taken off its queue by its host's goroutine
 	gone    bool // handed back from the queue
+}
+
+// Take runs a batch the node took from Postgres (node_batches, a pool run):
+// it claims the batch's URLs as FetchBatch does and hands them to the
+// engine; the batch's end, with what it did, goes to FetchOptions.Done.
+// An error means nothing was claimed: the caller may try again.
+func (f *Fetch) Take(ctx context.Context, req campaign.FetchBatchRequest) error {
+	res, pending, err := f.accept(ctx, req, nil, req.CampaignID, 0)
+	if err != nil {
+		return err
+	}
+	if !pending {
+		f.finishTaken(req, res)
+	}
+	return nil
+}
+
+// finishTaken hands a taken batch's end to the node's reporter.
+func (f *Fetch) finishTaken(req campaign.FetchBatchRequest, res campaign.BatchResult) {
+	if f.done != nil {
+		f.done(store.DoneBatch{Batch: req.Batch, CampaignKey: req.CampaignKey, Node: f.node, Result: res})
+	}
+}
+
+// StopCampaign stops the engine's batches of a campaign that is no longer
+// running (cancelled, say): what has not started goes back, what runs
+// finishes, and each batch ends.
+func (f *Fetch) StopCampaign(key int64) {
+	f.mu.Lock()
+	var stopped []*item
+	for b := range f.batches {
+		if b.key == key {
+			b.cancelled = true
+			stopped = append(stopped, f.stopLocked(b)...)
+		}
+	}
+	f.mu.Unlock()
+	f.handBack(stopped)
+}
+
+// Campaigns lists the campaigns the engine holds URLs of.
+func (f *Fetch) Campaigns() []int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var keys []int64
+	for b := range f.batches {
+		if !slices.Contains(keys, b.key) {
+			keys = append(keys, b.key)
+		}
+	}
+	return keys
 }
 
 // FetchBatch claims the batch's URLs still leased and not held by a live
@@ -507,6 +576,10 @@ func (f *Fetch) complete(b *batch) {
 		outcome = "cancelled"
 	}
 	b.ended(outcome)
+	if b.token == nil {
+		f.finishTaken(b.req, res)
+		return
+	}
 	f.reports.Add(1)
 	go func() {
 		defer f.reports.Done()
@@ -582,7 +655,7 @@ func (f *Fetch) heartbeats(ctx context.Context) {
 		var progress []campaign.BatchResult
 		f.mu.Lock()
 		for b := range f.batches {
-			if !b.orphan && now.Sub(b.lastBeat) >= b.beatEvery {
+			if b.token != nil && !b.orphan && now.Sub(b.lastBeat) >= b.beatEvery {
 				b.lastBeat = now
 				due = append(due, b)
 				progress = append(progress, b.result)

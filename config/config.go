@@ -58,8 +58,16 @@ type Node struct {
 	HeartbeatInterval time.Duration
 	// TTL: a node whose registry heartbeat is older is dead.
 	TTL time.Duration
-	// DBConns caps the node's Postgres connections.
+	// DBConns caps the node's Postgres connections (the process's, with
+	// Replicas: its identities share one pool).
 	DBConns int
+	// Replicas runs that many node identities in one process: ID-1 to
+	// ID-<Replicas>, each registered, holding its own claims and taking
+	// its own batches, sharing one HTTP transport, one Postgres pool and
+	// one Temporal client. 1 is a plain node. Identities of a process
+	// with more than one take only pool runs' batches (they poll no task
+	// queue of their own).
+	Replicas int
 	// AllowPrivateNetworks lets fetches reach loopback, private, link-local
 	// and other non-public addresses. Off by default, so a campaign cannot
 	// turn a node against its own network (the cloud metadata service at
@@ -98,6 +106,7 @@ func Default() Config {
 			HeartbeatInterval: 3 * time.Second,
 			TTL:               15 * time.Second,
 			DBConns:           16,
+			Replicas:          1,
 			WARCMaxSize:       1 << 30,
 		},
 	}
@@ -171,6 +180,7 @@ func (c *Config) NodeFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&n.HeartbeatInterval, "heartbeat-interval", n.HeartbeatInterval, "how often the node renews its registry row")
 	fs.DurationVar(&n.TTL, "ttl", n.TTL, "registry heartbeat age past which campaigns treat this node as dead")
 	fs.IntVar(&n.DBConns, "db-conns", n.DBConns, "Postgres connections of this node")
+	fs.IntVar(&n.Replicas, "replicas", n.Replicas, "node identities in this process (ID-1 to ID-N), sharing its HTTP transport and Postgres pool")
 	fs.BoolVar(&n.AllowPrivateNetworks, "allow-private-networks", n.AllowPrivateNetworks,
 		"let fetches reach loopback, private and link-local addresses (env "+EnvAllowPrivate+"; off: refused at dial time)")
 	fs.StringArrayVar(&n.AllowNetworks, "allow-network", n.AllowNetworks, "CIDR range fetches may reach even if private (repeatable)")
@@ -261,6 +271,20 @@ func SourceOf(f *pflag.Flag) string {
 	return "default"
 }
 
+// IDs are the node identities of the process: ID itself, or ID-1 to
+// ID-<Replicas>, numbered to the same width so they sort in order.
+func (n Node) IDs() []string {
+	if n.Replicas <= 1 {
+		return []string{n.ID}
+	}
+	width := len(fmt.Sprint(n.Replicas))
+	ids := make([]string, n.Replicas)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%0*d", n.ID, width, i+1)
+	}
+	return ids
+}
+
 // Guard is the fetch address policy of the node settings.
 func (n Node) Guard() (fetch.Guard, error) {
 	g := fetch.Guard{AllowPrivate: n.AllowPrivateNetworks}
@@ -332,6 +356,9 @@ func (c *Config) ValidateNode() error {
 	}
 	if n.TTL < 2*n.HeartbeatInterval {
 		errs = append(errs, fmt.Errorf("--ttl must be at least twice the heartbeat interval %v, got %v", n.HeartbeatInterval, n.TTL))
+	}
+	if n.Replicas < 1 || n.Replicas > 100_000 {
+		errs = append(errs, fmt.Errorf("--replicas must be 1..100000, got %d", n.Replicas))
 	}
 	if n.DBConns < 2 {
 		errs = append(errs, fmt.Errorf("--db-conns must be >= 2, got %d", n.DBConns))

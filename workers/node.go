@@ -17,6 +17,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -156,13 +157,10 @@ func newFetcher(cfg config.Config) (*fetch.Fetcher, error) {
 }
 
 func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Store, tc client.Client, f *fetch.Fetcher,
-	m *metrics.Registry, arch *archive.Writer, hl httpListener) {
+	m *metrics.Registry, arch *archive.Writer, hl httpListener, tr *tracing) {
 	n := cfg.Node
+	ids := n.IDs()
 	identity := fmt.Sprintf("%s@%s:%d", n.ID, hostname(), os.Getpid())
-	reg := store.Registration{
-		ID: n.ID, Weight: n.Weight, Queue: campaign.NodeQueue(n.ID), Version: Version,
-		Incarnation: incarnation(), TTL: n.TTL, HTTPAddr: hl.addr,
-	}
 
 	controlWorker := worker.New(tc, cfg.ControlQueue, worker.Options{
 		Identity:          identity,
@@ -173,53 +171,105 @@ func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Sto
 	workflows.Register(controlWorker)
 	(&activities.Control{Store: st, Log: log, SearchAttributes: searchAttributes(tc, cfg.Namespace)}).Register(controlWorker)
 
-	nodeWorker := worker.New(tc, campaign.NodeQueue(n.ID), worker.Options{
-		Identity: identity,
-		// A fetch batch only claims its URLs and hands them to the node's
-		// engine (activities.Fetch), which completes it later: the slots
-		// are held for a Postgres round trip, never while hosts wait.
-		MaxConcurrentActivityExecutionSize: n.MaxBatches,
-		WorkerStopTimeout:                  10 * time.Second,
-	})
-	fetcher := activities.NewFetch(n.ID, st, f, activities.FetchOptions{
-		Concurrency: n.FetchConcurrency, Holder: store.HolderToken(n.ID, reg.Incarnation), Temporal: tc,
-		Metrics: m.Crawl, Archive: arch,
-	}, log)
-	fetcher.Register(nodeWorker)
+	// Every identity takes pool runs' batches from Postgres through the
+	// process's one puller. A plain node also runs FetchBatch activities on
+	// its own task queue, for runs that schedule them (started before pool
+	// runs); identities of a process with replicas poll no task queue, so
+	// a thousand of them cost Temporal nothing.
+	single := len(ids) == 1
+	caps := []string{campaign.CapPull}
+	if single {
+		caps = append(caps, campaign.CapBatches)
+	}
+	puller := activities.NewPuller(st, tr.tracer, log)
+	regs := make([]store.Registration, len(ids))
+	engines := make([]*activities.Fetch, len(ids))
+	for i, id := range ids {
+		regs[i] = store.Registration{
+			ID: id, Weight: n.Weight, Queue: campaign.NodeQueue(id), Version: Version,
+			Incarnation: incarnation(), TTL: n.TTL, HTTPAddr: hl.addr, Capabilities: caps,
+		}
+		holder := store.HolderToken(id, regs[i].Incarnation)
+		opts := activities.FetchOptions{
+			Concurrency: n.FetchConcurrency, Holder: holder, Metrics: m.Crawl, Archive: arch, Done: puller.Done,
+		}
+		if single {
+			opts.Temporal = tc
+		}
+		engines[i] = activities.NewFetch(id, st, f, opts, log)
+		puller.Add(id, holder, engines[i])
+	}
+	var nodeWorker worker.Worker
+	if single {
+		nodeWorker = worker.New(tc, campaign.NodeQueue(ids[0]), worker.Options{
+			Identity: identity,
+			// A fetch batch only claims its URLs and hands them to the node's
+			// engine (activities.Fetch), which completes it later: the slots
+			// are held for a Postgres round trip, never while hosts wait.
+			MaxConcurrentActivityExecutionSize: n.MaxBatches,
+			WorkerStopTimeout:                  10 * time.Second,
+		})
+		engines[0].Register(nodeWorker)
+	}
 
-	beatCtx, stopBeat := context.WithCancel(context.Background())
-	beatDone := make(chan struct{})
+	life, stopLife := context.WithCancel(context.Background())
+	var loops sync.WaitGroup
 	lc.Append(fx.Hook{
 		OnStart: func(ctx context.Context) error {
-			if err := st.RegisterNode(ctx, reg); err != nil {
-				return err
+			for _, reg := range regs {
+				if err := st.RegisterNode(ctx, reg); err != nil {
+					return err
+				}
 			}
-			fetcher.Start()
-			if err := nodeWorker.Start(); err != nil {
-				return fmt.Errorf("start worker on %s: %w", campaign.NodeQueue(n.ID), err)
+			for _, e := range engines {
+				e.Start()
+			}
+			puller.Start()
+			if nodeWorker != nil {
+				if err := nodeWorker.Start(); err != nil {
+					return fmt.Errorf("start worker on %s: %w", campaign.NodeQueue(ids[0]), err)
+				}
 			}
 			if err := controlWorker.Start(); err != nil {
-				nodeWorker.Stop()
+				if nodeWorker != nil {
+					nodeWorker.Stop()
+				}
 				return fmt.Errorf("start worker on %s: %w", cfg.ControlQueue, err)
 			}
-			go heartbeat(beatCtx, beatDone, st, tc, reg, n.HeartbeatInterval, log)
-			log.Info("node started", "queue", reg.Queue, "weight", n.Weight, "control_queue", cfg.ControlQueue,
-				"fetch_concurrency", n.FetchConcurrency, "temporal", cfg.TemporalAddress)
+			loops.Add(2)
+			go func() { defer loops.Done(); heartbeat(life, st, tc, regs, n.HeartbeatInterval, log) }()
+			go func() { defer loops.Done(); activities.WatchPolicies(life, st, engines) }()
+			log.Info("node started", "identities", len(ids), "queue", regs[0].Queue, "weight", n.Weight,
+				"control_queue", cfg.ControlQueue, "fetch_concurrency", n.FetchConcurrency, "temporal", cfg.TemporalAddress)
 			return nil
 		},
 		OnStop: func(ctx context.Context) error {
-			// No new batches; then the engine hands back what it has not
-			// started and completes its batches while the control worker
+			// No new batches; then the engines hand back what they have not
+			// started and complete their batches while the control worker
 			// can still record their completion.
-			nodeWorker.Stop()
-			if err := fetcher.Stop(ctx); err != nil {
-				log.Warn("stopping the crawl engine", "error", err)
+			if nodeWorker != nil {
+				nodeWorker.Stop()
 			}
+			puller.Stop(ctx)
+			var stopping sync.WaitGroup
+			for _, e := range engines {
+				stopping.Add(1)
+				go func() {
+					defer stopping.Done()
+					if err := e.Stop(ctx); err != nil {
+						log.Warn("stopping the crawl engine", "error", err)
+					}
+				}()
+			}
+			stopping.Wait()
+			puller.Flush(ctx)
 			controlWorker.Stop()
-			stopBeat()
-			<-beatDone
-			if err := st.DeregisterNode(context.WithoutCancel(ctx), reg.ID, reg.Incarnation); err != nil {
-				log.Warn("deregister", "error", err)
+			stopLife()
+			loops.Wait()
+			for _, reg := range regs {
+				if err := st.DeregisterNode(context.WithoutCancel(ctx), reg.ID, reg.Incarnation); err != nil {
+					log.Warn("deregister", "node", reg.ID, "error", err)
+				}
 			}
 			log.Info("node stopped")
 			return nil
@@ -289,16 +339,22 @@ func serveHTTP(lc fx.Lifecycle, hl httpListener, st *store.Store, log *slog.Logg
 	})
 }
 
-// heartbeat renews the node's registry row and holder token. A node that
-// has not reached Temporal for two TTLs stops counting as alive to
-// campaigns (it cannot take batches; they move its hosts elsewhere), while
-// its holder token lives on as long as it reaches Postgres, so what it
-// holds is finished, not fetched twice. A shorter outage of Temporal
-// (a restart) changes nothing.
-func heartbeat(ctx context.Context, done chan<- struct{}, st *store.Store, tc client.Client, reg store.Registration, every time.Duration, log *slog.Logger) {
-	defer close(done)
+// heartbeat renews the registry rows and holder tokens of the process's
+// node identities, in one statement for all of them. A node that has not
+// reached Temporal for two TTLs stops counting as alive to campaigns (it
+// cannot take batches; they move its hosts elsewhere), while its holder
+// tokens live on as long as it reaches Postgres, so what it holds is
+// finished, not fetched twice. A shorter outage of Temporal (a restart)
+// changes nothing.
+func heartbeat(ctx context.Context, st *store.Store, tc client.Client, regs []store.Registration, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	ids := make([]string, len(regs))
+	incarnations := make([]string, len(regs))
+	for i, r := range regs {
+		ids[i], incarnations[i] = r.ID, r.Incarnation
+	}
+	ttl := regs[0].TTL
 	var unreachableSince time.Time
 	for {
 		select {
@@ -315,13 +371,17 @@ func heartbeat(ctx context.Context, done chan<- struct{}, st *store.Store, tc cl
 		case unreachableSince.IsZero():
 			unreachableSince = time.Now()
 		}
-		canWork := unreachableSince.IsZero() || time.Since(unreachableSince) < 2*reg.TTL
+		canWork := unreachableSince.IsZero() || time.Since(unreachableSince) < 2*ttl
 		if !canWork && ctx.Err() == nil {
 			log.Warn("Temporal unreachable; campaigns move this node's hosts elsewhere until it is back",
 				"since", unreachableSince.Format(time.RFC3339), "error", err)
 		}
-		if err := st.HeartbeatNode(ctx, reg.ID, reg.Incarnation, canWork); err != nil && ctx.Err() == nil {
+		lost, err := st.HeartbeatNodes(ctx, ids, incarnations, canWork)
+		switch {
+		case err != nil && ctx.Err() == nil:
 			log.Warn("registry heartbeat failed", "error", err)
+		case len(lost) > 0:
+			log.Warn("registry heartbeat: another process registered under these node IDs", "nodes", lost)
 		}
 	}
 }

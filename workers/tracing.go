@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.39.0"
+	"go.opentelemetry.io/otel/trace"
 	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
 	"go.temporal.io/sdk/interceptor"
 	"go.uber.org/fx"
@@ -23,6 +24,9 @@ import (
 // --otlp-endpoint is set; nil otherwise.
 type tracing struct {
 	interceptors []interceptor.ClientInterceptor
+	// tracer makes the spans of the batches nodes take from Postgres
+	// (pool runs), which are no Temporal activities; nil when not tracing.
+	tracer trace.Tracer
 }
 
 func newTracing(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) (*tracing, error) {
@@ -48,5 +52,5 @@ func newTracing(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) (*tracing,
 		return tp.Shutdown(ctx) // flushes what is batched
 	}))
 	log.Info("exporting traces", "otlp_endpoint", cfg.Node.OTLPEndpoint)
-	return &tracing{interceptors: []interceptor.ClientInterceptor{ic}}, nil
+	return &tracing{interceptors: []interceptor.ClientInterceptor{ic}, tracer: tp.Tracer("spiderpool")}, nil
 }
