@@ -82,13 +82,22 @@ func New(node string) (*Registry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter)).Meter("temporal-sdk")
+	// The SDK records latencies in seconds, and OpenTelemetry's default
+	// buckets (0, 5, 10, 25, ... 10000) put every workflow task and lease
+	// in the first: the dashboard's quantiles then read 2.5 s whatever
+	// they were. These span a millisecond to a minute.
+	seconds := sdkmetric.NewView(sdkmetric.Instrument{Kind: sdkmetric.InstrumentKindHistogram, Unit: "s"},
+		sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: latencyBuckets}})
+	meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter), sdkmetric.WithView(seconds)).Meter("temporal-sdk")
 	return &Registry{
 		reg:      reg,
 		Crawl:    c,
 		Temporal: temporalotel.NewMetricsHandler(temporalotel.MetricsHandlerOptions{Meter: meter}),
 	}, nil
 }
+
+// latencyBuckets bound the SDK's latency histograms, in seconds.
+var latencyBuckets = []float64{0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60}
 
 // Handler serves the registry in the Prometheus text format.
 func (r *Registry) Handler() http.Handler {

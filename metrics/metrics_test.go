@@ -50,3 +50,26 @@ func TestNilCrawlRecordsNothing(t *testing.T) {
 	c.BatchStarted()("completed")
 	c.RequestStarted()()
 }
+
+// TestSDKLatenciesHaveMillisecondBuckets: a 3 ms workflow task lands in a
+// bucket of 5 ms, not in OpenTelemetry's default first bucket of 5 s,
+// where every quantile read 2.5 s.
+func TestSDKLatenciesHaveMillisecondBuckets(t *testing.T) {
+	r, err := New("node-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Temporal.Timer("temporal_workflow_task_execution_latency").Record(3 * time.Millisecond)
+	rec := httptest.NewRecorder()
+	r.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	var bucket string
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "temporal_workflow_task_execution_latency_seconds_bucket") && strings.Contains(line, `le="0.005"`) {
+			bucket = line
+		}
+	}
+	if !strings.HasSuffix(bucket, " 1") {
+		t.Errorf("the 5 ms bucket of the SDK's workflow task latency is %q, want a count of 1", bucket)
+	}
+}
