@@ -41,8 +41,19 @@ func Register(r interface {
 }
 
 // hostFlowChange versions the dispatcher: runs that started before it
-// (no marker in their history) go on under package legacy.
+// (no marker in their history) go on under package legacy; version 1
+// schedules a FetchBatch activity per batch; version 2 (pool runs, see
+// pool.go) routes batches into Postgres for the nodes to take. A node
+// built before version 2 fails a pool run's workflow tasks (the marker's
+// version is unknown to it) rather than running them, and takes none of
+// its batches (it does not declare campaign.CapPull).
 const hostFlowChange = "host-aware-flow"
+
+// Versions of hostFlowChange.
+const (
+	batchRuns = 1
+	poolRuns  = 2
+)
 
 // boundedRunChange versions two bounds on a run (issue 11, defect 1). A
 // run after it forgets, once released, the batches a previous run handed
@@ -77,10 +88,11 @@ const batchEvents = 7
 // --task-queue spiderpool.control --input '{"seeds":["http://..."]}'`: the
 // spec gets the same defaults as from the CLI.
 func CrawlCampaign(ctx workflow.Context, spec campaign.Spec, carry *campaign.Carry) (campaign.Summary, error) {
-	if workflow.GetVersion(ctx, hostFlowChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	v := workflow.GetVersion(ctx, hostFlowChange, workflow.DefaultVersion, poolRuns)
+	if v == workflow.DefaultVersion {
 		return legacy.CrawlCampaign(ctx, spec, carry)
 	}
-	d, err := newDispatcher(ctx, spec, carry)
+	d, err := newDispatcher(ctx, spec, carry, v == poolRuns)
 	if err != nil {
 		return campaign.Summary{}, err
 	}
@@ -193,6 +205,17 @@ type dispatcher struct {
 	// handOnSince: when continue-as-new began waiting for processor
 	// batches (see processorsHandedOn).
 	handOnSince time.Time
+
+	// pool: a pool run (see pool.go). progressDue, readingProgress and
+	// progressAfter drive its looks at the figures; poolTotals are the
+	// totals of the last look; leftDuringLease are the nodes that left the
+	// ring while a lease ran (their batches of it go back).
+	pool            bool
+	progressDue     bool
+	readingProgress bool
+	progressAfter   string
+	poolTotals      campaign.BatchResult
+	leftDuringLease []string
 }
 
 // batch is one FetchBatch in flight.
@@ -231,11 +254,11 @@ func normalize(ctx workflow.Context, spec campaign.Spec) (campaign.Spec, error) 
 	return n.Spec, nil
 }
 
-func newDispatcher(ctx workflow.Context, spec campaign.Spec, carry *campaign.Carry) (*dispatcher, error) {
+func newDispatcher(ctx workflow.Context, spec campaign.Spec, carry *campaign.Carry, pool bool) (*dispatcher, error) {
 	info := workflow.GetInfo(ctx)
 	d := &dispatcher{
 		ctx: ctx, id: info.WorkflowExecution.ID,
-		nodes: map[string]*node{}, ring: ring.New(), state: "starting",
+		nodes: map[string]*node{}, ring: ring.New(), state: "starting", pool: pool,
 	}
 	normalized, err := normalize(ctx, spec)
 	if err != nil {
@@ -252,6 +275,9 @@ func newDispatcher(ctx workflow.Context, spec campaign.Spec, carry *campaign.Car
 		d.key, d.run, d.counters, d.paused, d.rejected = carry.CampaignKey, carry.Run+1, carry.Counters, carry.Paused, carry.Rejected
 		d.dispatchedLease, d.attrs, d.batchSeq, d.orphans = carry.DispatchedLease, carry.SearchAttributes, carry.BatchSeq, carry.Orphans
 		d.changes = carry.Changes
+		if carry.PoolTotals != nil && pool {
+			d.poolTotals = *carry.PoolTotals
+		}
 		for _, c := range carry.Nodes {
 			d.addNode(nodeFromCarry(c))
 		}
@@ -280,7 +306,13 @@ func (d *dispatcher) loop() (campaign.Summary, error) {
 		d.counters.Seeds = int64(start.SeedsInserted)
 	}
 	d.releaseOrphanedLeases()
-	if d.boundedRun {
+	switch {
+	case d.pool:
+		// A pool run takes no batch reports: what its predecessor's batches
+		// do is counted in Postgres, and the summary has it.
+		d.orphans = nil
+		d.scheduleProgress()
+	case d.boundedRun:
 		d.forgetDeadOrphans()
 	}
 	d.refreshMembership()
@@ -318,6 +350,9 @@ func (d *dispatcher) loop() (campaign.Summary, error) {
 				return campaign.Summary{}, d.continueAsNew()
 			}
 		} else {
+			if d.pool {
+				d.maybeReadProgress()
+			}
 			d.maybeLease()
 			d.deliver()
 		}
@@ -379,6 +414,10 @@ func (d *dispatcher) continueAsNew() error {
 		Changes:    d.changes,
 		Processors: d.processorStatus(),
 	}
+	if d.pool {
+		totals := d.poolTotals
+		carry.PoolTotals = &totals
+	}
 	for _, id := range d.order {
 		n := d.nodes[id]
 		if n.health == dead && !d.hasOrphansOn(id) && n.inflight == 0 {
@@ -438,6 +477,7 @@ func (d *dispatcher) forgetDeadOrphans() {
 func (d *dispatcher) finish() (campaign.Summary, error) {
 	d.drainSignals() // applied, or rejected into status, not dropped unseen
 	d.state = "finishing"
+	d.settleNodeFigures(d.ctx)
 	req := campaign.FinishRequest{CampaignKey: d.key, Outcome: campaign.OutcomeCompleted, Runs: d.run}
 	if d.lastLease.BudgetExhausted {
 		req.ExcludeRest = ExcludedAtLimit
@@ -470,6 +510,18 @@ func (d *dispatcher) settleCounters(sum campaign.Summary) {
 	}
 }
 
+// settleNodeFigures reads every node's figures of a pool run as it ends,
+// so its last status is whole (a look lists only progressLimit nodes).
+// Failing only leaves them as the last looks had them.
+func (d *dispatcher) settleNodeFigures(ctx workflow.Context) {
+	if !d.pool {
+		return
+	}
+	if err := d.readProgressNow(ctx, nil, 0); err != nil {
+		d.log.Warn("reading the nodes' last figures failed", "error", err)
+	}
+}
+
 // finishCancelled waits for in-flight batches to hand their URLs back, then
 // records the outcome.
 func (d *dispatcher) finishCancelled() (campaign.Summary, error) {
@@ -478,6 +530,7 @@ func (d *dispatcher) finishCancelled() (campaign.Summary, error) {
 	for !d.quiet() {
 		d.sel.Select(ctx) // batches answer the cancellation with what they did
 	}
+	d.settleNodeFigures(ctx)
 	var sum campaign.Summary
 	actx := workflow.WithActivityOptions(ctx, d.controlOptions())
 	err := workflow.ExecuteActivity(actx, campaign.FinishCampaignActivity,
@@ -526,7 +579,10 @@ func (d *dispatcher) maybeLease() {
 		return
 	}
 	nodes, room := d.rooms()
-	if d.boundedRun {
+	if d.pool {
+		nodes = d.poolMembers()
+		room = len(nodes) // each node's room is counted by the lease
+	} else if d.boundedRun {
 		nodes, room = capRooms(nodes, room, d.historyRoom())
 	}
 	switch {
@@ -550,6 +606,12 @@ func (d *dispatcher) maybeLease() {
 		Horizon: campaign.Duration(Horizon), TTL: d.spec.Dispatch.LeaseTTL, MaxPages: d.spec.Limits.MaxPages,
 		MinDelay: p.MinDelay, Concurrency: p.MaxConcurrencyPerHost,
 	}
+	if d.pool {
+		req.Assign = &campaign.Assign{
+			CampaignID: d.id, Window: d.spec.Dispatch.WindowPerNode,
+			HandBackAfter: campaign.Duration(handBackAfter), BodyChunks: d.bodyChunks,
+		}
+	}
 	f := workflow.ExecuteLocalActivity(d.localOptions(), campaign.LeaseHostsActivity, req)
 	d.sel.AddFuture(f, func(f workflow.Future) {
 		d.leasing = false
@@ -569,6 +631,17 @@ func (d *dispatcher) maybeLease() {
 		d.lastLease = lease
 		d.frontierLeases++
 		d.processorsWaiting(lease.ProcessorsWaiting)
+		if d.pool {
+			if lease.Routed.URLs == 0 {
+				// Stale if batches ended meanwhile (a look at the figures
+				// said so): they may have added links or freed hosts.
+				d.leaseDry = d.completions == d.leaseStartSeq
+				d.leftDuringLease = nil
+				return
+			}
+			d.routed(lease)
+			return
+		}
 		if lease.Size() == 0 {
 			// Stale if a batch finished meanwhile: it may have added links
 			// or freed its hosts.
@@ -615,11 +688,14 @@ func (d *dispatcher) maybeWaitTimer() {
 	if d.timerSet || d.leasing || d.paused || d.holdingBack(callLease) || d.continueAsNewDue() {
 		return // holding back, retryControl's timer wakes the loop
 	}
-	if _, room := d.rooms(); room == 0 {
+	if _, room := d.rooms(); room == 0 && !d.pool {
 		return // a batch completing wakes the loop
 	}
 	var wait time.Duration
 	switch since := workflow.Now(d.ctx).Sub(d.leasedAt); {
+	case d.leaseDry && d.pool && d.lastLease.LeasedElsewhere > 0:
+		// Batches are out, and only Postgres knows when they end.
+		wait = min(max(d.lastLease.NextDue.D(), leasePace), poolRecheck)
 	case d.leaseDry:
 		wait = min(max(d.lastLease.NextDue.D(), leasePace), 30*time.Second)
 	case !d.lastLease.More && since < leasePace:

@@ -82,6 +82,26 @@ type fakeCluster struct {
 	// sees each ring-change write (f.mu is held).
 	leaseGate func(campaign.LeaseHostsRequest)
 	onChanges func([]campaign.RingChange)
+
+	// Pool runs: queued are the batches routed into "Postgres" and not yet
+	// fetched; figures each node's figures there. A node fetches its
+	// queued batches at the next call the workflow makes, unless it is
+	// dead or stalled. progress counts the looks at the figures, and
+	// nodeReleases the hand-backs of nodes' batches.
+	queued       []queuedBatch
+	figures      map[string]*campaign.NodeFigures
+	stalled      map[string]bool
+	progress     []campaign.ProgressRequest
+	progressSize []int
+	nodeReleases []campaign.ReleaseNodeBatchesRequest
+	memberships  [][]campaign.NodeInfo
+}
+
+// queuedBatch is a pool run's batch in the fake node_batches.
+type queuedBatch struct {
+	lease int64
+	node  string
+	ids   []int64
 }
 
 var errPostgresDown = errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
@@ -163,6 +183,14 @@ func (f *fakeCluster) lease(req campaign.LeaseHostsRequest) campaign.HostLease {
 	var members []ring.Node
 	room := map[string]int{}
 	for _, n := range req.Nodes {
+		if req.Assign != nil {
+			// The lease counts a node's room itself, and routes to live
+			// nodes only (store.poolRooms).
+			if !f.aliveLocked(n.ID) {
+				continue
+			}
+			n.Batches = max(0, req.Assign.Window-f.batches[n.ID])
+		}
 		members = append(members, ring.Node{ID: n.ID, Weight: n.Weight})
 		room[n.ID] = n.Batches
 		if f.batches[n.ID]+n.Batches > f.window {
@@ -208,7 +236,10 @@ func (f *fakeCluster) lease(req campaign.LeaseHostsRequest) campaign.HostLease {
 			f.batches[n.ID]++
 		}
 	}
-	if lease.Size() == 0 {
+	if req.Assign != nil {
+		f.route(&lease)
+	}
+	if lease.Size() == 0 && lease.Routed.URLs == 0 {
 		lease.Pending = int64(left)
 		lease.NextDue = campaign.Duration(100 * time.Millisecond)
 		for _, n := range f.inflight {
@@ -272,6 +303,7 @@ func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 		if err != nil {
 			return campaign.HostLease{}, err
 		}
+		f.pull()
 		return f.lease(req), nil
 	}, campaign.LeaseHostsActivity)
 	reg(func(ctx context.Context, req campaign.FetchBatchRequest) (campaign.BatchResult, error) {
@@ -333,6 +365,16 @@ func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 		if err := f.unreachable(); err != nil {
 			return nil, err
 		}
+		if req.Pull {
+			var registry []campaign.NodeInfo
+			for _, n := range f.nodes {
+				n.Capabilities = []string{campaign.CapPull}
+				registry = append(registry, n)
+			}
+			answer := campaign.MembershipChanges(registry, req.Known)
+			f.memberships = append(f.memberships, answer)
+			return answer, nil
+		}
 		return slices.Clone(f.nodes), nil
 	}, campaign.RefreshMembershipActivity)
 	reg(func(_ context.Context, req campaign.RecordRingChangesRequest) error {
@@ -356,19 +398,29 @@ func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 		f.finished = &req
 		return campaign.Summary{Outcome: req.Outcome, Fetched: f.fetched, PerNode: maps.Clone(f.perNode)}, nil
 	}, campaign.FinishCampaignActivity)
+	f.registerPool(env)
 }
 
 func alive(id string, w float64) campaign.NodeInfo {
 	return campaign.NodeInfo{ID: id, Weight: w, Alive: true, Incarnation: id + "-1"}
 }
 
+// newEnv runs the campaign as runs that schedule a FetchBatch activity per
+// batch (hostFlowChange version 1): the releases that made them are still
+// supported. Pool runs are tested in pool_test.go.
 func newEnv(t *testing.T, f *fakeCluster) *testsuite.TestWorkflowEnvironment {
+	return newEnvAt(t, f, batchRuns)
+}
+
+// newEnvAt runs the campaign at version v of hostFlowChange.
+func newEnvAt(t *testing.T, f *fakeCluster, v workflow.Version) *testsuite.TestWorkflowEnvironment {
 	var suite testsuite.WorkflowTestSuite
 	suite.SetLogger(tlog.NewStructuredLogger(slog.New(slog.DiscardHandler)))
 	env := suite.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(30 * time.Second)
 	Register(env)
 	f.register(env)
+	env.OnGetVersion(hostFlowChange, workflow.DefaultVersion, poolRuns).Return(v)
 	return env
 }
 
@@ -677,8 +729,7 @@ func TestContinueAsNewDoesNotWaitForBatches(t *testing.T) {
 // LeaseBatch).
 func TestRunsStartedBeforeHostFlowStayLegacy(t *testing.T) {
 	f := newFakeCluster(1, 1, alive("a", 1))
-	env := newEnv(t, f)
-	env.OnGetVersion(hostFlowChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	env := newEnvAt(t, f, workflow.DefaultVersion)
 	legacyLeases := 0
 	env.RegisterActivityWithOptions(func(_ context.Context, req campaign.LeaseRequest) (campaign.Lease, error) {
 		legacyLeases++

@@ -37,13 +37,21 @@ type node struct {
 	batchesSent int64
 	fetched     int64
 	failed      int64
+	// reported is what a pool run's last look at the figures said of the
+	// node (heard: it said something), already added to batchesSent,
+	// fetched, failed, inflight and the averages.
+	reported campaign.NodeFigures
+	heard    bool
 }
 
-// carried is the node's state for the next run.
+// carried is the node's state for the next run. Of a pool run's figures
+// only what Postgres does not keep goes on (what FetchBatch activities of
+// earlier runs did): the next run hears the rest again.
 func (n *node) carried() campaign.CarriedNode {
 	return campaign.CarriedNode{
 		ID: n.id, Weight: n.weight, Override: n.override, Drain: n.drain, Health: n.health,
-		Incarnation: n.incarnation, BatchesSent: n.batchesSent, Fetched: n.fetched, Failed: n.failed,
+		Incarnation: n.incarnation, BatchesSent: n.batchesSent - n.reported.BatchesSent,
+		Fetched: n.fetched - n.reported.Fetched, Failed: n.failed - n.reported.Failed,
 		Adaptive: n.adaptive, LatencyMs: n.latencyMs, ErrorRate: n.errorRate, Samples: n.samples,
 	}
 }
@@ -176,6 +184,9 @@ func (d *dispatcher) mutate(n *node, reason string, change func()) {
 		return
 	}
 	d.ring.Set(n.id, n.effectiveWeight())
+	if d.pool && d.leasing && oldWeight > 0 && n.effectiveWeight() == 0 {
+		d.leftDuringLease = append(d.leftDuringLease, n.id)
+	}
 	d.changes = append(d.changes, campaign.RingChange{
 		Node: n.id, OldWeight: oldWeight, NewWeight: n.effectiveWeight(), OldState: oldState, NewState: n.state(),
 		Reason: reason, AfterLease: d.dispatchedLease,
@@ -187,8 +198,11 @@ func (d *dispatcher) mutate(n *node, reason string, change func()) {
 // replay sees the same answer) and adjusts the ring; the next refresh is
 // timed from its end, so a slow or failing registry never stacks reads.
 func (d *dispatcher) refreshMembership() {
-	f := workflow.ExecuteLocalActivity(d.localOptions(), campaign.RefreshMembershipActivity,
-		campaign.MembershipRequest{Only: d.spec.Nodes})
+	req := campaign.MembershipRequest{Only: d.spec.Nodes}
+	if d.pool {
+		req.Pull, req.Known = true, d.known()
+	}
+	f := workflow.ExecuteLocalActivity(d.localOptions(), campaign.RefreshMembershipActivity, req)
 	d.sel.AddFuture(f, func(f workflow.Future) {
 		var infos []campaign.NodeInfo
 		err := f.Get(d.ctx, &infos)
@@ -201,6 +215,9 @@ func (d *dispatcher) refreshMembership() {
 			return
 		case err != nil:
 			d.log.Warn("membership refresh failed", "error", err)
+		case d.pool:
+			d.controlSucceeded(callMembership)
+			d.applyMembershipChanges(infos)
 		default:
 			d.controlSucceeded(callMembership)
 			d.applyMembership(infos)
@@ -226,26 +243,7 @@ func (d *dispatcher) applyMembership(infos []campaign.NodeInfo) {
 	seen := map[string]bool{}
 	for _, info := range infos {
 		seen[info.ID] = true
-		n, ok := d.nodes[info.ID]
-		if !ok {
-			if !info.Alive {
-				continue
-			}
-			n = &node{id: info.ID, health: dead, weight: info.Weight, incarnation: info.Incarnation}
-			d.addNode(n)
-			d.mutate(n, reasonJoined, func() { n.health = healthy })
-			continue
-		}
-		if n.weight != info.Weight {
-			d.mutate(n, reasonRegistry, func() { n.weight = info.Weight })
-		}
-		switch {
-		case !info.Alive && n.health != dead:
-			d.died(n, reasonDied)
-		case info.Alive && n.health == dead:
-			d.mutate(n, reasonRejoined, func() { n.health, n.failures = healthy, 0 })
-		}
-		n.incarnation = info.Incarnation
+		d.applyNodeInfo(info)
 	}
 	for _, id := range d.order {
 		if n := d.nodes[id]; !seen[id] && n.health != dead {
@@ -257,12 +255,45 @@ func (d *dispatcher) applyMembership(infos []campaign.NodeInfo) {
 	}
 }
 
+// applyNodeInfo takes what the registry says of one node.
+func (d *dispatcher) applyNodeInfo(info campaign.NodeInfo) {
+	n, ok := d.nodes[info.ID]
+	switch {
+	case !ok && info.Alive:
+		n = &node{id: info.ID, health: dead, weight: info.Weight, incarnation: info.Incarnation}
+		d.addNode(n)
+		d.mutate(n, reasonJoined, func() { n.health = healthy })
+		return
+	case !ok:
+		return
+	case info.Gone:
+		if n.health != dead {
+			d.died(n, reasonLeft)
+		}
+		return
+	}
+	if n.weight != info.Weight {
+		d.mutate(n, reasonRegistry, func() { n.weight = info.Weight })
+	}
+	switch {
+	case !info.Alive && n.health != dead:
+		d.died(n, reasonDied)
+	case info.Alive && n.health == dead:
+		d.mutate(n, reasonRejoined, func() { n.health, n.failures = healthy, 0 })
+	}
+	n.incarnation = info.Incarnation
+}
+
 // died takes a node the registry gave up on out of the ring and cancels
 // its batches: one never picked up ends at once, and its URLs go back to
 // the frontier for the hosts' new owners. Late reports from it are not
 // awaited.
 func (d *dispatcher) died(n *node, reason string) {
 	d.mutate(n, reason, func() { n.health = dead })
+	if d.pool {
+		d.releaseNodeBatches([]string{n.id}, 0, reason)
+		return
+	}
 	for _, b := range d.open {
 		if b.node == n.id {
 			b.cancel()
@@ -285,7 +316,7 @@ func (d *dispatcher) registerHandlers() error {
 		return err
 	}
 	reweight := func(ctx workflow.Context, r campaign.ReweightRequest) (campaign.NodeStatus, error) {
-		return d.apply(campaign.Reweight, r.Node, r.Weight)
+		return d.applyUpdate(ctx, campaign.Reweight, r.Node, r.Weight)
 	}
 	validateReweight := func(ctx workflow.Context, r campaign.ReweightRequest) error {
 		return d.check(campaign.Reweight, r.Node, r.Weight)
@@ -296,9 +327,14 @@ func (d *dispatcher) registerHandlers() error {
 	}
 	for _, op := range []string{campaign.Drain, campaign.Undrain} {
 		handler := func(ctx workflow.Context, r campaign.NodeRequest) (campaign.NodeStatus, error) {
-			return d.apply(op, r.Node, nil)
+			return d.applyUpdate(ctx, op, r.Node, nil)
 		}
-		validator := func(ctx workflow.Context, r campaign.NodeRequest) error { return d.check(op, r.Node, nil) }
+		validator := func(ctx workflow.Context, r campaign.NodeRequest) error {
+			if len(r.Nodes) > 0 {
+				return &campaign.FieldError{Field: "nodes", Problem: "an update changes one node; send the " + op + " signal to change several at once"}
+			}
+			return d.check(op, r.Node, nil)
+		}
 		if err := workflow.SetUpdateHandlerWithOptions(ctx, op, handler, workflow.UpdateHandlerOptions{Validator: validator}); err != nil {
 			return err
 		}
@@ -332,7 +368,7 @@ func (d *dispatcher) registerHandlers() error {
 		d.sel.AddReceive(workflow.GetSignalChannel(ctx, op), func(c workflow.ReceiveChannel, _ bool) {
 			var r campaign.NodeRequest
 			c.Receive(ctx, &r)
-			d.signal(op, r.Node, nil)
+			d.signalNodes(op, r)
 		})
 	}
 	for _, op := range []string{campaign.Pause, campaign.Resume} {
@@ -354,7 +390,7 @@ func (d *dispatcher) drainSignals() {
 	for _, op := range []string{campaign.Drain, campaign.Undrain} {
 		var nr campaign.NodeRequest
 		for workflow.GetSignalChannel(d.ctx, op).ReceiveAsync(&nr) {
-			d.signal(op, nr.Node, nil)
+			d.signalNodes(op, nr)
 		}
 	}
 	for _, op := range []string{campaign.Pause, campaign.Resume} {
@@ -365,6 +401,17 @@ func (d *dispatcher) drainSignals() {
 	var br campaign.BatchReport
 	for workflow.GetSignalChannel(d.ctx, campaign.BatchReportSignal).ReceiveAsync(&br) {
 		d.report(br)
+	}
+}
+
+// signalNodes applies a drain or undrain signal to each node it names.
+func (d *dispatcher) signalNodes(op string, r campaign.NodeRequest) {
+	ids := r.IDs()
+	if len(ids) == 0 {
+		d.signal(op, "", nil) // rejected: it names no node
+	}
+	for _, id := range ids {
+		d.signal(op, id, nil)
 	}
 }
 
@@ -405,6 +452,28 @@ func (d *dispatcher) check(op, nodeID string, weight *float64) error {
 	return nil
 }
 
+// applyUpdate is apply for an update, which answers with the node's
+// status. A pool run applies it between leases, so no lease under way
+// routes by the ring it changes, and answers with the node's figures read
+// after the change: a drained node's batches then stay what the answer
+// says.
+func (d *dispatcher) applyUpdate(ctx workflow.Context, op, nodeID string, weight *float64) (campaign.NodeStatus, error) {
+	if !d.pool {
+		return d.apply(op, nodeID, weight)
+	}
+	if err := workflow.Await(ctx, func() bool { return !d.leasing }); err != nil {
+		return campaign.NodeStatus{}, err
+	}
+	st, err := d.apply(op, nodeID, weight)
+	if err != nil {
+		return st, err
+	}
+	if err := d.readProgressNow(ctx, []string{nodeID}, 1); err != nil {
+		d.log.Warn("reading the node's figures after an update failed; status has them at the next look", "node", nodeID, "error", err)
+	}
+	return d.nodeStatus(d.nodes[nodeID]), nil
+}
+
 // apply performs an operator operation and returns the node's new status.
 func (d *dispatcher) apply(op, nodeID string, weight *float64) (campaign.NodeStatus, error) {
 	if err := d.check(op, nodeID, weight); err != nil {
@@ -426,7 +495,14 @@ func (d *dispatcher) apply(op, nodeID string, weight *float64) (campaign.NodeSta
 		w := *weight
 		d.mutate(n, reason, func() { n.override = &w })
 	case campaign.Drain:
-		d.mutate(n, reason, func() { n.drain = true })
+		d.mutate(n, reason, func() {
+			n.drain = true
+			if d.pool {
+				// Draining until a look at the figures says it holds
+				// nothing: the last one may predate its latest batches.
+				n.inflight = max(n.inflight, 1)
+			}
+		})
 	case campaign.Undrain:
 		d.mutate(n, reason, func() { n.drain = false })
 	}

@@ -49,10 +49,11 @@ const (
 	callMembership
 	callRelease
 	callChanges
+	callProgress
 	controlCalls
 )
 
-var controlCallNames = [controlCalls]string{"lease", "membership refresh", "release", "record ring changes"}
+var controlCallNames = [controlCalls]string{"lease", "membership refresh", "release", "record ring changes", "read progress"}
 
 // backoff is one kind of call's failures.
 type backoff struct {
@@ -170,19 +171,23 @@ func (d *dispatcher) retryControl() {
 
 // localOptions are the options of the control calls' local activities.
 func (d *dispatcher) localOptions() workflow.Context {
+	return workflow.WithLocalActivityOptions(d.ctx, d.localActivityOptions())
+}
+
+func (d *dispatcher) localActivityOptions() workflow.LocalActivityOptions {
 	if d.waitOutages {
-		return workflow.WithLocalActivityOptions(d.ctx, workflow.LocalActivityOptions{
+		return workflow.LocalActivityOptions{
 			ScheduleToCloseTimeout: controlCallTimeout,
 			StartToCloseTimeout:    controlCallTimeout,
 			// One attempt: a failure holds every control call back (see
 			// outage), which costs less history than retries per call.
 			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
-		})
+		}
 	}
-	return workflow.WithLocalActivityOptions(d.ctx, workflow.LocalActivityOptions{
+	return workflow.LocalActivityOptions{
 		StartToCloseTimeout: time.Minute,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 15 * time.Second,
 		},
-	})
+	}
 }

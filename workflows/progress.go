@@ -73,15 +73,28 @@ func (d *dispatcher) details(status string) string {
 	fmt.Fprintf(&b, "**%s** (%s), run %d\n\n", status, d.state, d.run)
 	fmt.Fprintf(&b, "fetched %d · failed %d · excluded %d · discovered %d · batches given up %d\n\n",
 		c.Fetched, c.Failed, c.Excluded, c.Discovered, c.Rerouted)
-	fmt.Fprintf(&b, "in flight: %d URLs in %d batches", d.inflight, len(d.open))
-	if len(d.orphans) > 0 {
-		fmt.Fprintf(&b, " (and %d batches of earlier runs or lost nodes settling)", len(d.orphans))
+	if d.pool {
+		fmt.Fprintf(&b, "batches routed %d · URLs leased %d\n\n", c.Batches, c.Leased)
+	} else {
+		fmt.Fprintf(&b, "in flight: %d URLs in %d batches", d.inflight, len(d.open))
+		if len(d.orphans) > 0 {
+			fmt.Fprintf(&b, " (and %d batches of earlier runs or lost nodes settling)", len(d.orphans))
+		}
+		b.WriteString("\n\n")
 	}
-	b.WriteString("\n\n")
-	for _, id := range d.order {
+	states := map[string]int{}
+	for i, id := range d.order {
 		n := d.nodes[id]
-		fmt.Fprintf(&b, "- %s: %s, weight %g, fetched %d, in flight %d URLs\n",
-			n.id, n.state(), n.effectiveWeight(), n.fetched, n.inflightN)
+		states[n.state()]++
+		if i < detailNodes {
+			fmt.Fprintf(&b, "- %s: %s, weight %g, fetched %d, in flight %d URLs\n",
+				n.id, n.state(), n.effectiveWeight(), n.fetched, n.inflightN)
+		}
+	}
+	if len(d.order) > detailNodes {
+		fmt.Fprintf(&b, "- and %d more (%d nodes: %d active, %d draining, %d drained, %d dead; `campaign status` lists them all)\n",
+			len(d.order)-detailNodes, len(d.order), states[campaign.NodeActive], states[campaign.NodeDraining],
+			states[campaign.NodeDrained], states[campaign.NodeDead])
 	}
 	if len(d.procs) > 0 {
 		b.WriteString("\nprocessors:\n")
