@@ -36,7 +36,9 @@ func (c *collector) Export(_ context.Context, req *coltrace.ExportTraceServiceRe
 }
 
 // TestTracesReachCollector: a node with --otlp-endpoint sends the Temporal
-// SDK interceptor's workflow and activity spans to the collector.
+// SDK interceptor's workflow and activity spans to the collector, and a
+// span for each batch it took from Postgres (not an activity in a pool
+// run).
 func TestTracesReachCollector(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -57,7 +59,7 @@ func TestTracesReachCollector(t *testing.T) {
 
 	col.mu.Lock()
 	defer col.mu.Unlock()
-	for _, want := range []string{"RunWorkflow:CrawlCampaign", "RunActivity:FetchBatch", "StartActivity:FetchBatch"} {
+	for _, want := range []string{"RunWorkflow:CrawlCampaign", "RunActivity:LeaseHosts", "FetchBatch"} {
 		if col.spans[want] == 0 {
 			t.Errorf("no %q span reached the collector; got %v", want, col.spans)
 		}
