@@ -204,15 +204,18 @@ func TestRollingUpgradeOfARunningCampaign(t *testing.T) {
 		sum.Fetched, oldAtJoin, mixed, stoppedAt, c.pagesBy(n1, n2), len(held), again, describeRuns(runs))
 }
 
-// TestNewRunBesideOldNodes: a run of this release's dispatcher while v0.1.0
-// nodes still run (they joined after it started, as a node restarted with
-// the old release mid-rollout would). The old nodes poll the same control
-// queue, so when the run loses its sticky worker (a cache eviction, a
-// restart, a slow worker: forced here with ResetStickyTaskQueue) a v0.1.0
-// worker may take its workflow task, and v0.1.0 code cannot replay this
-// release's history. The old nodes also get its fetch batches. Then they
-// are stopped mid-crawl; the campaign completes with every page fetched
-// once, except the pages they held.
+// TestNewRunBesideOldNodes: a run of this release's dispatcher (a pool
+// run) while v0.1.0 nodes still run (they joined after it started, as a
+// node restarted with the old release mid-rollout would). The old nodes
+// poll the same control queue, so when the run loses its sticky worker (a
+// cache eviction, a restart, a slow worker: forced here with
+// ResetStickyTaskQueue) a v0.1.0 worker may take its workflow task, and
+// v0.1.0 code cannot replay this release's history: the task fails and
+// goes to a new node. The old nodes get none of its batches: they do not
+// take batches from Postgres (they declare no campaign.CapPull), so a pool
+// run leaves them out of its ring, and their hosts are the new nodes'.
+// Then they are stopped mid-crawl; the campaign completes with every page
+// fetched once.
 func TestNewRunBesideOldNodes(t *testing.T) {
 	old, cur := releaseBinary(t), harness.Binary(t)
 	w := startWeb(t, 37)
@@ -226,8 +229,9 @@ func TestNewRunBesideOldNodes(t *testing.T) {
 	})
 	o1 := c.startNode(old, PreviousRelease, "old1", 1)
 	o2 := c.startNode(old, PreviousRelease, "old2", 1)
-	harness.Eventually(t, 2*time.Minute, "the v0.1.0 nodes to fetch pages of the run", func() bool {
-		return c.pagesBy(o1, o2) >= 100
+	atJoin := c.pagesBy(n1, n2)
+	harness.Eventually(t, 2*time.Minute, "the new nodes to fetch 300 more pages beside the v0.1.0 ones", func() bool {
+		return c.pagesBy(n1, n2) >= atJoin+300
 	})
 
 	// Take the run off its sticky worker until a v0.1.0 worker has been
@@ -256,6 +260,9 @@ func TestNewRunBesideOldNodes(t *testing.T) {
 
 	sum := c.result(id, 2*time.Minute)
 	again := c.checkOnce(w, sum, held)
+	if byOld != 0 || c.pagesBy(o1, o2) != 0 {
+		t.Errorf("the v0.1.0 nodes fetched %d pages of a pool run: they cannot take its batches, and must get none", c.pagesBy(o1, o2))
+	}
 	t.Logf("%d pages; before the stop %d by v0.1.0 nodes, %d by new ones; %d sticky resets, %d workflow tasks offered to v0.1.0 workers; "+
 		"the stopped nodes held %d URLs, %d pages fetched again; %s",
 		sum.Fetched, byOld, byNew, resets, tasks(o1, o2), len(held), again, describeRuns(c.runs(id)))
