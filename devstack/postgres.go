@@ -34,7 +34,15 @@ type PostgresOptions struct {
 	// Settings are more server settings, name=value each (for example
 	// shared_preload_libraries=pg_stat_statements, for a benchmark).
 	Settings []string
+	// MaxConnections is the server's max_connections. 0 means
+	// DefaultMaxConnections, room for the many stores a test binary
+	// opens; the dev stack asks for a stock server's 100.
+	MaxConnections int
 }
+
+// DefaultMaxConnections is a throwaway cluster's max_connections unless
+// PostgresOptions say otherwise.
+const DefaultMaxConnections = 300
 
 // Postgres is a running private cluster with trust auth on loopback.
 type Postgres struct {
@@ -92,6 +100,9 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error)
 	if opts.Output == nil {
 		opts.Output = io.Discard
 	}
+	if opts.MaxConnections == 0 {
+		opts.MaxConnections = DefaultMaxConnections
+	}
 	p := &Postgres{opts: opts, bin: bin}
 	if opts.Dir == "" {
 		if opts.Dir, err = os.MkdirTemp("", "spiderpool-pg-"); err != nil {
@@ -147,8 +158,8 @@ func (p *Postgres) start(ctx context.Context) error {
 	// survives a clean restart, which the chaos tests use.
 	cmd := p.command(context.WithoutCancel(ctx), "postgres", "-D", p.opts.Dir, "-p", strconv.Itoa(p.opts.Port),
 		"-k", p.opts.Dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-		"-c", "full_page_writes=off", "-c", "max_connections=300", "-c", "shared_buffers=256MB",
-		"-c", "log_min_messages=warning")
+		"-c", "full_page_writes=off", "-c", "max_connections="+strconv.Itoa(p.opts.MaxConnections),
+		"-c", "shared_buffers=256MB", "-c", "log_min_messages=warning")
 	for _, kv := range p.opts.Settings {
 		cmd.Args = append(cmd.Args, "-c", kv)
 	}
@@ -185,6 +196,9 @@ func (p *Postgres) waitReady(ctx context.Context) error {
 
 // Port is the TCP port on 127.0.0.1.
 func (p *Postgres) Port() int { return p.opts.Port }
+
+// MaxConnections is the server's max_connections.
+func (p *Postgres) MaxConnections() int { return p.opts.MaxConnections }
 
 // URL is the connection string of database db.
 func (p *Postgres) URL(db string) string {
