@@ -117,23 +117,25 @@ func unwrapConnect(err error) error {
 const migrationLock = 0x5350_4944_4552 // "SPIDER"
 
 // Migrate applies the embedded migrations not yet applied, each in its own
-// transaction, and returns how many it applied.
+// transaction, and returns how many it applied. Nodes migrating at once
+// take turns: each migration's transaction takes migrationLock and looks
+// again whether another node applied it meanwhile. The lock is a
+// transaction's, not a session's, because through a transaction pooler
+// (PgBouncer) a session lock would stay with a server connection that goes
+// back to the pool, to be released by nobody.
 func (s *Store) Migrate(ctx context.Context, log *slog.Logger) (int, error) {
-	conn, err := s.pool.Acquire(ctx)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
+			return fmt.Errorf("take lock: %w", err)
+		}
+		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("migrate %s: %w", s.where, err)
 	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, migrationLock); err != nil {
-		return 0, fmt.Errorf("migrate %s: take lock: %w", s.where, err)
-	}
-	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, migrationLock) //nolint:errcheck
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return 0, fmt.Errorf("migrate %s: %w", s.where, err)
-	}
-	applied := map[int]bool{}
-	rows, err := conn.Query(ctx, `SELECT version FROM schema_migrations`)
+	rows, err := s.pool.Query(ctx, `SELECT version FROM schema_migrations`)
 	if err != nil {
 		return 0, fmt.Errorf("migrate %s: %w", s.where, err)
 	}
@@ -141,6 +143,7 @@ func (s *Store) Migrate(ctx context.Context, log *slog.Logger) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("migrate %s: %w", s.where, err)
 	}
+	applied := map[int]bool{}
 	for _, v := range versions {
 		applied[v] = true
 	}
@@ -164,20 +167,41 @@ func (s *Store) Migrate(ctx context.Context, log *slog.Logger) (int, error) {
 		if err != nil {
 			return n, err
 		}
-		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, string(sql)); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, version, name)
-			return err
-		})
+		ran, err := s.migrateOne(ctx, version, name, string(sql))
 		if err != nil {
 			return n, fmt.Errorf("migration %s on %s: %w", name, s.where, err)
 		}
-		log.Info("applied migration", "migration", name)
-		n++
+		if ran {
+			log.Info("applied migration", "migration", name)
+			n++
+		}
 	}
 	return n, nil
+}
+
+// migrateOne applies one migration in a transaction holding
+// migrationLock, unless another node applied it first; ran says whether
+// this call did.
+func (s *Store) migrateOne(ctx context.Context, version int, name, sql string) (ran bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
+			return fmt.Errorf("take lock: %w", err)
+		}
+		var done bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, version).Scan(&done); err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, version, name)
+		ran = err == nil
+		return err
+	})
+	return ran && err == nil, err
 }
 
 // retryTx runs fn in a transaction, retrying on serialization failures and
