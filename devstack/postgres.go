@@ -123,14 +123,8 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error)
 		if p.cred, err = credentialOf("postgres"); err != nil {
 			return nil, fmt.Errorf("running as root, Postgres needs an unprivileged user: %w", err)
 		}
-		if err := chownTree(dir, int(p.cred.Uid), int(p.cred.Gid)); err != nil {
+		if err := handOver(dir, p.cred); err != nil {
 			return nil, err
-		}
-		for d := filepath.Dir(dir); d != "/"; d = filepath.Dir(d) {
-			// The server must be able to reach its directory.
-			if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
-				return nil, fmt.Errorf("postgres user cannot enter %s (mode %v): choose a data directory elsewhere", d, fi.Mode().Perm())
-			}
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err != nil {
@@ -277,6 +271,20 @@ func credentialOf(name string) (*syscall.Credential, error) {
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// handOver gives dir and what it holds to the user of cred, and checks
+// that user can reach it: a server run as postgres by root.
+func handOver(dir string, cred *syscall.Credential) error {
+	if err := chownTree(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+		return err
+	}
+	for d := filepath.Dir(dir); d != "/"; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("postgres user cannot enter %s (mode %v): choose a directory elsewhere", d, fi.Mode().Perm())
+		}
+	}
+	return nil
 }
 
 func chownTree(dir string, uid, gid int) error {

@@ -219,7 +219,8 @@ func (h *headWriter) Write(p []byte) (int, error) {
 
 // failures is the error and panic lines, at most five, joined by " | ";
 // without any, the last line written. (The CLI logs its errors at level
-// ERROR once its logger is set up, and prints them bare before that.)
+// ERROR once its logger is set up, and prints them bare before that;
+// PgBouncer writes " ERROR " and " FATAL " after the time and pid.)
 func (h *headWriter) failures() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -230,7 +231,8 @@ func (h *headWriter) failures() string {
 		if line != "" {
 			last = line
 		}
-		if strings.Contains(line, "level=ERROR") || strings.HasPrefix(line, "panic:") {
+		if strings.Contains(line, "level=ERROR") || strings.HasPrefix(line, "panic:") ||
+			strings.Contains(line, "] ERROR ") || strings.Contains(line, "] FATAL ") {
 			lines = append(lines, line)
 		}
 		if len(lines) == 5 {
