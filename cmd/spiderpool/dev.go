@@ -25,11 +25,14 @@ import (
 // DevState is what `spiderpool dev` writes to <state-dir>/dev.json once
 // everything is up, for scripts (make demo) that drive the stack.
 type DevState struct {
-	DatabaseURL     string    `json:"database_url"`
-	TemporalAddress string    `json:"temporal_address"`
-	WebUI           string    `json:"web_ui,omitempty"`
-	ControlQueue    string    `json:"control_queue"`
-	Nodes           []DevNode `json:"nodes"`
+	// DatabaseURL is the URL nodes use: PgBouncer's when it fronts the
+	// server, which is then at DirectDatabaseURL.
+	DatabaseURL       string    `json:"database_url"`
+	DirectDatabaseURL string    `json:"direct_database_url,omitempty"`
+	TemporalAddress   string    `json:"temporal_address"`
+	WebUI             string    `json:"web_ui,omitempty"`
+	ControlQueue      string    `json:"control_queue"`
+	Nodes             []DevNode `json:"nodes"`
 }
 
 // DevNode is one node process of the dev stack.
@@ -52,16 +55,20 @@ func (a *app) devCmd() *cobra.Command {
 		stateDir string
 		mport    int
 		warcDir  string
+		bouncer  string
+		bport    int
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole stack locally: Postgres, Temporal dev server with Web UI, and nodes",
 		Long: `Run the whole stack on this machine until interrupted: a private throwaway
-Postgres cluster (unless DATABASE_URL is set), the Temporal CLI's dev server
-with its Web UI (unless TEMPORAL_ADDRESS is set), and node processes, each a
-'spiderpool worker' you can kill to watch its hosts move to other nodes.`,
+Postgres cluster (unless DATABASE_URL is set) with a stock server's 100
+connections, PgBouncer in front of it when the nodes' pools need more
+(--pgbouncer), the Temporal CLI's dev server with its Web UI (unless
+TEMPORAL_ADDRESS is set), and node processes, each a 'spiderpool worker' you
+can kill to watch its hosts move to other nodes.`,
 		Example: `  spiderpool dev
-  spiderpool dev --nodes 4 --weights 1,1,2,4
+  spiderpool dev --nodes 4 --weights 1,1,2,4     # 64 connections: through PgBouncer
   DATABASE_URL=postgres://me@127.0.0.1/crawl spiderpool dev`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -72,7 +79,11 @@ with its Web UI (unless TEMPORAL_ADDRESS is set), and node processes, each a
 			if !cmd.Flags().Changed("warc-dir") {
 				warcDir = filepath.Join(stateDir, "warc")
 			}
-			return a.runDev(cmd.Context(), ws, devPorts{temporal: tport, ui: uiport, pg: pgport, metrics: mport}, stateDir, warcDir)
+			if bouncer != "auto" && bouncer != "on" && bouncer != "off" {
+				return usageError(fmt.Errorf("--pgbouncer is auto, on or off, not %q", bouncer))
+			}
+			ports := devPorts{temporal: tport, ui: uiport, pg: pgport, bouncer: bport, metrics: mport}
+			return a.runDev(cmd.Context(), ws, ports, bouncer, stateDir, warcDir)
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "number of node processes")
@@ -83,6 +94,10 @@ with its Web UI (unless TEMPORAL_ADDRESS is set), and node processes, each a
 	cmd.Flags().StringVar(&stateDir, "state-dir", ".spiderpool", "where node logs and dev.json go")
 	cmd.Flags().IntVar(&mport, "metrics-port", 9101, "first node's /metrics port on 127.0.0.1, the next node's one more; 0: no metrics")
 	cmd.Flags().StringVar(&warcDir, "warc-dir", "", `where nodes write WARC files (default "<state-dir>/warc"; "" to write none)`)
+	cmd.Flags().StringVar(&bouncer, "pgbouncer", "auto", "run PgBouncer (transaction mode) between the nodes and Postgres: on, off, "+
+		"or auto: on when the nodes' connections (--nodes × their --db-conns) would exceed half the private cluster's "+
+		"max_connections ("+strconv.Itoa(devMaxConnections)+"); never for a DATABASE_URL of yours unless on")
+	cmd.Flags().IntVar(&bport, "pgbouncer-port", 56432, "port of PgBouncer, when it runs")
 	return cmd
 }
 
@@ -110,9 +125,28 @@ func portFree(port int, what, flag string) error {
 	return l.Close()
 }
 
-type devPorts struct{ temporal, ui, pg, metrics int }
+type devPorts struct{ temporal, ui, pg, bouncer, metrics int }
 
-func (a *app) runDev(ctx context.Context, weights []float64, ports devPorts, stateDir, warcDir string) error {
+// devMaxConnections is the private cluster's max_connections: a stock
+// server's, so the dev stack meets the limit a real one has.
+const devMaxConnections = 100
+
+// wantPgBouncer says whether the dev stack puts PgBouncer in front of
+// Postgres: as the --pgbouncer flag says, and for auto when the nodes'
+// pools could take more than half of the private cluster's connections
+// (the rest is for `spiderpool campaign` commands, psql and Grafana). A
+// server of the user's is theirs to size: auto leaves it alone.
+func wantPgBouncer(mode string, nodes, dbConns int, ownServer bool) bool {
+	switch mode {
+	case "on":
+		return true
+	case "auto":
+		return !ownServer && nodes*dbConns > devMaxConnections/2
+	}
+	return false
+}
+
+func (a *app) runDev(ctx context.Context, weights []float64, ports devPorts, bouncer, stateDir, warcDir string) error {
 	tport, uiport, pgport := ports.temporal, ports.ui, ports.pg
 	if err := os.MkdirAll(filepath.Join(stateDir, "logs"), 0o755); err != nil {
 		return err
@@ -130,7 +164,7 @@ func (a *app) runDev(ctx context.Context, weights []float64, ports devPorts, sta
 			return err
 		}
 		defer pgLog.Close()
-		pg, err := devstack.StartPostgres(ctx, devstack.PostgresOptions{Port: pgport, Output: pgLog})
+		pg, err := devstack.StartPostgres(ctx, devstack.PostgresOptions{Port: pgport, Output: pgLog, MaxConnections: devMaxConnections})
 		if err != nil {
 			return err
 		}
@@ -138,6 +172,28 @@ func (a *app) runDev(ctx context.Context, weights []float64, ports devPorts, sta
 		if cfg.DatabaseURL, err = pg.CreateDatabase(ctx, "spiderpool"); err != nil {
 			return err
 		}
+	}
+	if wantPgBouncer(bouncer, len(weights), cfg.Node.DBConns, cfg.From.DatabaseURL != "default") {
+		if err := portFree(ports.bouncer, "PgBouncer", "--pgbouncer-port"); err != nil {
+			return err
+		}
+		upstream, err := devstack.UpstreamOf(cfg.DatabaseURL)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("starting PgBouncer (transaction mode) on 127.0.0.1:%d in front of %s:%d ...\n", ports.bouncer, upstream.Host, upstream.Port)
+		bLog, err := os.Create(filepath.Join(stateDir, "logs", "pgbouncer.log"))
+		if err != nil {
+			return err
+		}
+		defer bLog.Close()
+		b, err := devstack.StartPgBouncer(ctx, devstack.PgBouncerOptions{Port: ports.bouncer, Upstream: upstream, Output: bLog})
+		if err != nil {
+			return err
+		}
+		defer b.Stop() //nolint:errcheck
+		state.DirectDatabaseURL = config.RedactDatabaseURL(cfg.DatabaseURL)
+		cfg.DatabaseURL = b.URL(upstream.Database)
 	}
 	state.DatabaseURL = cfg.DatabaseURL
 
@@ -255,7 +311,10 @@ func (a *app) runDev(ctx context.Context, weights []float64, ports devPorts, sta
 	if state.WebUI != "" {
 		fmt.Printf("  Web UI     %s\n", state.WebUI)
 	}
-	fmt.Printf("  Postgres   %s\n", cfg.DatabaseURL)
+	fmt.Printf("  Postgres   %s (the nodes' URL)\n", cfg.DatabaseURL)
+	if state.DirectDatabaseURL != "" {
+		fmt.Printf("             through PgBouncer (transaction mode), which fronts %s\n", state.DirectDatabaseURL)
+	}
 	for _, n := range state.Nodes {
 		fmt.Printf("  %-10s weight %-4g pid %-7d log %s  %s\n", n.ID, n.Weight, n.PID, n.Log, n.Metrics)
 	}
