@@ -43,12 +43,15 @@ tools: $(BIN)/temporal postgres
 
 # What the tests need beyond tools: docker compose (tests/observability
 # validates docker-compose.yml with it), Node.js and npm (the TypeScript
-# processor example, warcio.js) and Chromium (the WACZ replay test).
+# processor example, warcio.js), Chromium (the WACZ replay test) and
+# PgBouncer (devstack's tests run the store through it; Debian puts it in
+# /usr/sbin).
 test-tools: $(BIN)/docker-compose
 	@missing=""; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing="$$missing pgbouncer"; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	echo "installing Debian packages:$$missing"; \
 	$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null
