@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,8 +80,10 @@ func makeImage(t *testing.T) string {
 
 // TestComposeFile checks docker-compose.yml: `docker compose config`
 // validates it (the schema, every reference resolving), and the nodes run
-// the image the Makefile builds, and Prometheus and Grafana are wired to
-// the nodes and the dashboard.
+// the image the Makefile builds and reach Postgres through PgBouncer
+// (Temporal straight), ports are published on loopback unless the user
+// says otherwise, and Prometheus and Grafana are wired to the nodes and the
+// dashboard.
 func TestComposeFile(t *testing.T) {
 	if stderr, err := composeConfig(t, repoFile(t, "docker-compose.yml")); err != nil {
 		t.Fatalf("docker compose config: %v\n%s", err, stderr)
@@ -119,6 +122,20 @@ func TestComposeFile(t *testing.T) {
 	slices.Sort(nodes)
 	if len(nodes) == 0 {
 		t.Fatal("no node services (command worker ...)")
+	}
+	for _, n := range nodes {
+		checkThroughPgBouncer(t, c, n)
+	}
+	if seeds := c.Services["temporal"].Environment["POSTGRES_SEEDS"]; seeds != "postgres" {
+		t.Errorf("Temporal reaches Postgres at %q, want the postgres service itself", seeds)
+	}
+	// Published on loopback unless the user says otherwise.
+	for name, s := range c.Services {
+		for _, p := range s.Ports {
+			if !strings.HasPrefix(p, publishAddr+":") && !strings.HasPrefix(p, "127.0.0.1:") {
+				t.Errorf("service %s publishes %q on every interface: want %s:host:container", name, p, publishAddr)
+			}
+		}
 	}
 
 	// Prometheus scrapes exactly the nodes.
@@ -182,6 +199,43 @@ func TestComposeFile(t *testing.T) {
 	for _, svc := range []string{"prometheus", "postgres"} {
 		if _, ok := c.Services[svc]; !ok {
 			t.Errorf("a data source points at service %s, which compose does not run", svc)
+		}
+	}
+}
+
+// publishAddr is the host address compose publishes ports on: 127.0.0.1
+// unless SPIDERPOOL_PUBLISH_ADDR says otherwise.
+const publishAddr = "${SPIDERPOOL_PUBLISH_ADDR:-127.0.0.1}"
+
+// checkThroughPgBouncer: node's DATABASE_URL names a service that runs
+// PgBouncer in transaction mode, and asks pgx for unnamed statements,
+// which PgBouncer's transaction pooling cannot break.
+func checkThroughPgBouncer(t *testing.T, c composeFile, node string) {
+	t.Helper()
+	raw := c.Services[node].Environment["DATABASE_URL"]
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Errorf("node %s: DATABASE_URL %q: %v", node, raw, err)
+		return
+	}
+	if mode := u.Query().Get("default_query_exec_mode"); mode != "cache_describe" {
+		t.Errorf("node %s: DATABASE_URL %q has default_query_exec_mode %q, want cache_describe", node, raw, mode)
+	}
+	bouncer, ok := c.Services[u.Hostname()]
+	switch {
+	case !ok:
+		t.Errorf("node %s: DATABASE_URL names host %q, which compose does not run", node, u.Hostname())
+		return
+	case !strings.Contains(bouncer.Image, "pgbouncer"):
+		t.Errorf("node %s reaches Postgres through service %s, which runs %q, not PgBouncer", node, u.Hostname(), bouncer.Image)
+		return
+	case bouncer.Environment["POOL_MODE"] != "transaction":
+		t.Errorf("PgBouncer service %s pools in mode %q, want transaction", u.Hostname(), bouncer.Environment["POOL_MODE"])
+	}
+	ignored := strings.Split(bouncer.Environment["IGNORE_STARTUP_PARAMETERS"], ",")
+	for _, p := range []string{"extra_float_digits", "jit"} {
+		if !slices.Contains(ignored, p) {
+			t.Errorf("PgBouncer service %s does not ignore the startup parameter %s, which pgx sends: it would refuse the nodes", u.Hostname(), p)
 		}
 	}
 }
@@ -258,7 +312,7 @@ func composeConfig(t *testing.T, file string) (string, error) {
 
 // TestKubernetesManifests: the ServiceMonitor selects the nodes' Service
 // and scrapes its metrics port, which is the container's; the nodes run
-// the Makefile's image as non-root.
+// the Makefile's image as non-root, and reach Postgres through PgBouncer.
 func TestKubernetesManifests(t *testing.T) {
 	var service, statefulset map[string]any
 	for _, d := range yamlDocs(t, "deploy/kubernetes/spiderpool.yaml") {
@@ -309,6 +363,76 @@ func TestKubernetesManifests(t *testing.T) {
 	sc, _ := get(statefulset, "spec", "template", "spec", "securityContext").(map[string]any)
 	if sc["runAsNonRoot"] != true {
 		t.Errorf("the node pods may run as root: securityContext %v", sc)
+	}
+	checkKubernetesPgBouncer(t)
+}
+
+// checkKubernetesPgBouncer: pgbouncer.yaml runs PgBouncer in transaction
+// mode behind a Service that selects it, and the DATABASE_URL
+// spiderpool.yaml says to put in the nodes' secret names that Service, with
+// cache_describe.
+func checkKubernetesPgBouncer(t *testing.T) {
+	t.Helper()
+	var service, deployment map[string]any
+	for _, d := range yamlDocs(t, "deploy/kubernetes/pgbouncer.yaml") {
+		switch d["kind"] {
+		case "Service":
+			service = d
+		case "Deployment":
+			deployment = d
+		}
+	}
+	if service == nil || deployment == nil {
+		t.Fatal("pgbouncer.yaml lacks the Service or the Deployment")
+	}
+	podLabels := get(deployment, "spec", "template", "metadata", "labels").(map[string]any)
+	for k, v := range get(service, "spec", "selector").(map[string]any) {
+		if podLabels[k] != v {
+			t.Errorf("the PgBouncer Service selects %s=%v; its pods have labels %v", k, v, podLabels)
+		}
+	}
+	container := get(deployment, "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
+	env := map[string]string{}
+	for _, e := range container["env"].([]any) {
+		e := e.(map[string]any)
+		env[fmt.Sprint(e["name"])] = fmt.Sprint(e["value"])
+	}
+	if env["POOL_MODE"] != "transaction" {
+		t.Errorf("PgBouncer pools in mode %q, want transaction", env["POOL_MODE"])
+	}
+	for _, p := range []string{"extra_float_digits", "jit"} {
+		if !slices.Contains(strings.Split(env["IGNORE_STARTUP_PARAMETERS"], ","), p) {
+			t.Errorf("PgBouncer does not ignore the startup parameter %s, which pgx sends: it would refuse the nodes", p)
+		}
+	}
+	var containerPorts []string
+	for _, p := range container["ports"].([]any) {
+		containerPorts = append(containerPorts, fmt.Sprint(p.(map[string]any)["name"]))
+	}
+	var port string
+	for _, p := range get(service, "spec", "ports").([]any) {
+		p := p.(map[string]any)
+		if !slices.Contains(containerPorts, fmt.Sprint(p["targetPort"])) {
+			t.Errorf("the PgBouncer Service targets port %v; the container has %q", p["targetPort"], containerPorts)
+		}
+		port = fmt.Sprint(p["port"])
+	}
+
+	b, err := os.ReadFile(repoFile(t, "deploy/kubernetes/spiderpool.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`--from-literal=DATABASE_URL='([^']+)'`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("spiderpool.yaml does not show the DATABASE_URL to put in the nodes' secret")
+	}
+	u, err := url.Parse(string(m[1]))
+	if err != nil {
+		t.Fatalf("spiderpool.yaml's DATABASE_URL %q: %v", m[1], err)
+	}
+	name := fmt.Sprint(get(service, "metadata", "name"))
+	if u.Hostname() != name || u.Port() != port || u.Query().Get("default_query_exec_mode") != "cache_describe" {
+		t.Errorf("spiderpool.yaml's DATABASE_URL %q: want it through the PgBouncer Service %s:%s with default_query_exec_mode=cache_describe", u, name, port)
 	}
 }
 
