@@ -48,23 +48,26 @@ type Fetch struct {
 	robots   *robotsCache
 	sitemaps firsts
 	queries  *queryCaps
-	seen     *seenCache
 	rules    *rulesCache
 	metrics  *metrics.Crawl
 	archive  *archive.Writer
 	done     func(store.DoneBatch)
+	// commits records what the engine settles; ownCommits: the engine made
+	// it (a process of one engine), and closes it as it stops.
+	commits    *Commits
+	ownCommits bool
 
-	mu         sync.Mutex
-	batches    map[*batch]struct{}
-	held       map[int64]*item // URLs this node holds, by ID
-	queues     map[string]*hostQueue
-	committers map[int64]*committer
-	stopping   bool
+	mu       sync.Mutex
+	batches  map[*batch]struct{}
+	held     map[int64]*item // URLs this node holds, by ID
+	queues   map[string]*hostQueue
+	stopping bool
+	// allSettled is closed, once Stop made it, when no batch is left.
+	allSettled chan struct{}
 
 	life    context.Context // the engine's, until Stop returns
 	end     context.CancelFunc
 	work    sync.WaitGroup // host goroutines and requests
-	commits sync.WaitGroup // committers
 	reports sync.WaitGroup // batch completions on their way to Temporal
 	loops   sync.WaitGroup
 }
@@ -94,6 +97,9 @@ type FetchOptions struct {
 	// Done receives each batch the node took from Postgres (see Take) once
 	// it is over, with what it did; the Puller reports them.
 	Done func(store.DoneBatch)
+	// Commits records what the engine settles, shared by the engines of a
+	// process; nil gives the engine its own.
+	Commits *Commits
 }
 
 // NewFetch returns the fetch activities of node. Start runs the engine;
@@ -102,22 +108,25 @@ func NewFetch(node string, st *store.Store, f *fetch.Fetcher, o FetchOptions, lo
 	log = log.With("node", node)
 	slots := newFairSlots(o.Concurrency)
 	life, end := context.WithCancel(context.Background())
+	commits, own := o.Commits, o.Commits == nil
+	if own {
+		commits = NewCommits(st, o.Metrics, log)
+	}
 	return &Fetch{
 		node: node, holder: o.Holder, store: st, fetcher: f, temporal: o.Temporal, log: log,
-		slots:      slots,
-		hosts:      newHostTable(o.Holder, st, log),
-		robots:     newRobotsCache(st, f, slots, log),
-		queries:    &queryCaps{seen: map[campaignHost]map[uint64]struct{}{}},
-		seen:       newSeenCache(),
-		rules:      &rulesCache{store: st, byKey: map[int64]*rules{}},
-		metrics:    o.Metrics,
-		archive:    o.Archive,
-		done:       o.Done,
-		batches:    map[*batch]struct{}{},
-		held:       map[int64]*item{},
-		queues:     map[string]*hostQueue{},
-		committers: map[int64]*committer{},
-		life:       life, end: end,
+		commits: commits, ownCommits: own,
+		slots:   slots,
+		hosts:   newHostTable(o.Holder, st, log),
+		robots:  newRobotsCache(st, f, slots, log),
+		queries: &queryCaps{seen: map[campaignHost]map[uint64]struct{}{}},
+		rules:   &rulesCache{store: st, byKey: map[int64]*rules{}},
+		metrics: o.Metrics,
+		archive: o.Archive,
+		done:    o.Done,
+		batches: map[*batch]struct{}{},
+		held:    map[int64]*item{},
+		queues:  map[string]*hostQueue{},
+		life:    life, end: end,
 	}
 }
 
@@ -187,15 +196,35 @@ func (f *Fetch) Stop(ctx context.Context) error {
 	f.mu.Unlock()
 	f.handBack(stopped)
 	err := waitFor(ctx, &f.work, "requests in flight")
-	f.mu.Lock()
-	for _, c := range f.committers {
-		c.kick()
+	f.commits.kick()
+	err = errors.Join(err, f.waitSettled(ctx), waitFor(ctx, &f.reports, "batch completions"))
+	f.hosts.letGoAll(ctx)
+	if f.ownCommits {
+		err = errors.Join(err, f.commits.Close(ctx))
 	}
-	f.mu.Unlock()
-	err = errors.Join(err, waitFor(ctx, &f.commits, "commits"), waitFor(ctx, &f.reports, "batch completions"))
 	f.end()
 	f.loops.Wait()
 	return err
+}
+
+// waitSettled waits, as the engine stops, until every batch is settled
+// and committed.
+func (f *Fetch) waitSettled(ctx context.Context) error {
+	f.mu.Lock()
+	if f.allSettled == nil {
+		f.allSettled = make(chan struct{})
+		if len(f.batches) == 0 {
+			close(f.allSettled)
+		}
+	}
+	all := f.allSettled
+	f.mu.Unlock()
+	select {
+	case <-all:
+		return nil
+	case <-ctx.Done():
+		return errors.New("stopped waiting for commits")
+	}
 }
 
 func waitFor(ctx context.Context, wg *sync.WaitGroup, what string) error {
@@ -532,16 +561,7 @@ func (f *Fetch) process(h *host, it *item) {
 // to its campaign's committer.
 func (f *Fetch) settle(it *item, out outcome, back bool) {
 	it.host.leave(f.life, it.batch.key)
-	f.mu.Lock()
-	c, ok := f.committers[it.batch.key]
-	if !ok {
-		c = &committer{f: f, key: it.batch.key, wake: make(chan struct{}, 1)}
-		f.committers[it.batch.key] = c
-		f.commits.Add(1)
-		go c.run()
-	}
-	f.mu.Unlock()
-	c.add(settlement{it: it, out: out, back: back})
+	f.commits.add(settlement{f: f, it: it, out: out, back: back})
 }
 
 // settled books what a chunk's commit kept into the chunk's batches, and
@@ -556,6 +576,13 @@ func (f *Fetch) settled(chunk []settlement, res []campaign.BatchResult) {
 		if b.remaining--; b.remaining == 0 {
 			delete(f.batches, b)
 			done = append(done, b)
+		}
+	}
+	if f.allSettled != nil && len(f.batches) == 0 {
+		select {
+		case <-f.allSettled:
+		default:
+			close(f.allSettled)
 		}
 	}
 	f.mu.Unlock()

@@ -116,15 +116,30 @@ func (t *hostTable) renewAll(ctx context.Context) {
 		return // keep going on the claims we have; they lapse if this persists
 	}
 	now := time.Now()
+	var yield []*host
 	for key, h := range byKey {
 		h.mu.Lock()
 		if still[key] {
 			h.renewed = now
 			h.wanted = wanted[key]
+			if h.wanted && len(h.users) == 0 && h.active == 0 {
+				yield = append(yield, h) // lingering, and another node asks for it
+			}
 		} else {
 			h.claimed = false // another node took it over: claim again before the next request
 		}
 		h.mu.Unlock()
+	}
+	for _, h := range yield {
+		h.letGo(ctx, false)
+	}
+}
+
+// letGoAll lets go of every claim not in use, as the node stops: a
+// lingering claim would keep the host from its next owner until it lapsed.
+func (t *hostTable) letGoAll(ctx context.Context) {
+	for _, h := range t.snapshot() {
+		h.letGo(ctx, false)
 	}
 }
 
@@ -183,6 +198,7 @@ type host struct {
 	freed      chan struct{}          // closed when a request ends, then replaced
 	claimed    bool
 	claimedAt  time.Time
+	linger     *time.Timer // lets an idle claim go (see leave)
 	renewed    time.Time
 	wanted     bool      // another node asked for the claim
 	yieldTill  time.Time // let go for another node's turn: no claim before this
@@ -212,11 +228,27 @@ func (h *host) leave(ctx context.Context, campaignKey int64) {
 		h.users[campaignKey] = p
 	}
 	idle := len(h.users) == 0 && h.active == 0 && h.claimed
+	wanted := h.wanted
+	if idle && !wanted {
+		// The host's next URLs are usually on their way (the lease's
+		// refill): keep the claim a moment rather than let it go and
+		// claim it again, a statement each and a policy read, for every
+		// host every few seconds on a pool of many nodes.
+		if h.linger == nil {
+			h.linger = time.AfterFunc(claimLinger, func() { h.letGo(ctx, false) })
+		} else {
+			h.linger.Reset(claimLinger)
+		}
+	}
 	h.mu.Unlock()
-	if idle {
+	if idle && wanted {
 		h.letGo(ctx, false)
 	}
 }
+
+// claimLinger is how long a node keeps the claim of a host it has no URL
+// of, unless another node asks for it (see renewAll).
+const claimLinger = time.Second
 
 // letGo releases the claim if nobody uses the host (or, with yield, as
 // soon as no request runs, for another node's turn).

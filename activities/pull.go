@@ -46,9 +46,9 @@ const (
 	// once it found none for pullIdleAfter): an idle pool of a thousand
 	// processes costs Postgres a thousand cheap index probes a second.
 	pullBusy      = 25 * time.Millisecond
-	pullIdle      = 250 * time.Millisecond
+	pullIdle      = 400 * time.Millisecond
 	pullIdleLong  = time.Second
-	pullIdleAfter = 10 * time.Second
+	pullIdleAfter = time.Minute
 	// pullBatches bounds the batches one look takes, and claimers how many
 	// of them are claimed at once.
 	pullBatches = 64
@@ -57,7 +57,7 @@ const (
 	// transaction for all of them; stoppedEvery how often the campaigns
 	// the engines hold are checked for having ended.
 	reportEvery  = 100 * time.Millisecond
-	stoppedEvery = time.Second
+	stoppedEvery = 3 * time.Second
 )
 
 // NewPuller returns the puller of engines, each given its node ID and

@@ -633,6 +633,10 @@ type Outcome struct {
 	// Body, on a Fetched URL that processors want, is kept for them with
 	// one delivery per processor, in the same transaction as the outcome.
 	Body *PageBody
+	// Holder and Node, when set, are the holder the URL is recorded for
+	// and the node that fetched it, instead of the commit's: a process
+	// running many node identities commits them together.
+	Holder, Node string
 }
 
 // Page is the stored record of a fetched URL's final response.
@@ -684,6 +688,7 @@ func (s *Store) Commit(ctx context.Context, campaignKey int64, holder, node stri
 func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, node string, outcomes []Outcome) (CommitResult, error) {
 	n := len(outcomes)
 	ids := make([]int64, n)
+	holders := make([]string, n)
 	states := make([]string, n)
 	tried := make([]int32, n)
 	statuses := make([]*int32, n)
@@ -696,11 +701,12 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 		pTrunc                           []bool
 		pAt                              []time.Time
 		pNoIndex, pNoFollow, pNoArchive  []bool
-		pCanonical, pCharset             []string
+		pCanonical, pCharset, pNode      []string
 		bodies                           bodyRows
 	)
 	for i, o := range outcomes {
 		ids[i], states[i], retryMs[i] = o.ID, o.State, o.RetryIn.Milliseconds()
+		holders[i] = cmp.Or(o.Holder, holder)
 		if o.Attempted {
 			tried[i] = 1
 		}
@@ -727,6 +733,7 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 			pNoArchive = append(pNoArchive, p.Robots.NoArchive)
 			pCanonical = append(pCanonical, p.Canonical)
 			pCharset = append(pCharset, p.Charset)
+			pNode = append(pNode, cmp.Or(o.Node, node))
 			if o.Body != nil {
 				if err := bodies.add(o.ID, o.Body); err != nil {
 					return CommitResult{}, fmt.Errorf("page body of %d: %w", o.ID, err)
@@ -734,7 +741,7 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 			}
 		}
 	}
-	args := []any{campaignKey, ids, states, tried, statuses, errs, retryMs, holder, node,
+	args := []any{campaignKey, ids, states, tried, statuses, errs, retryMs, holders, pNode,
 		pIDs, pStatus, pType, pLen, pTrunc, pDigest, pTitle, pRedirTo, pLinks, pAt, pDur,
 		pNoIndex, pNoFollow, pNoArchive, pCanonical, pCharset}
 	var res CommitResult
@@ -773,9 +780,10 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 	return res, nil
 }
 
-// outcomesSQL records a commit's outcomes ($2-$8, for the rows holder $8
-// holds) and page records ($9-$25) in CTEs, u being the frontier rows
-// recorded; a statement adds its own SELECT from u.
+// outcomesSQL records a commit's outcomes ($2-$8, each for the row if
+// the holder beside it in $8 holds it) and page records ($9-$25, $9 the
+// node that fetched each) in CTEs, u being the frontier rows recorded; a
+// statement adds its own SELECT from u.
 const outcomesSQL = `
 			WITH u AS (
 				UPDATE frontier f SET
@@ -786,22 +794,22 @@ const outcomesSQL = `
 					next_attempt_at = CASE WHEN r.state = 'pending' THEN now() + r.retry_ms * interval '1 millisecond' ELSE f.next_attempt_at END,
 					finished_at = CASE WHEN r.state = 'pending' THEN NULL ELSE now() END,
 					lease_holder = NULL, lease_expires_at = NULL
-				FROM unnest($2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[], $7::bigint[])
-				     AS r(id, state, tried, status, err, retry_ms)
-				WHERE f.id = r.id AND f.campaign = $1 AND f.lease_holder = $8 AND f.state = 'leased'
+				FROM unnest($2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[], $7::bigint[], $8::text[])
+				     AS r(id, state, tried, status, err, retry_ms, holder)
+				WHERE f.id = r.id AND f.campaign = $1 AND f.lease_holder = r.holder AND f.state = 'leased'
 				RETURNING f.id, f.url, f.depth
 			), p AS (
 				INSERT INTO pages (url_id, campaign, status, content_type, content_length, truncated, content_digest,
 				                   title, redirect_to, links, fetched_at, duration_ms, node,
 				                   noindex, nofollow, noarchive, canonical, charset)
 				SELECT pg.id, $1, pg.status, nullif(pg.ctype, ''), pg.len, pg.trunc, nullif(pg.digest, ''),
-				       nullif(pg.title, ''), nullif(pg.redir, ''), pg.links, pg.at, pg.dur, $9,
+				       nullif(pg.title, ''), nullif(pg.redir, ''), pg.links, pg.at, pg.dur, pg.node,
 				       pg.noindex, pg.nofollow, pg.noarchive, nullif(pg.canonical, ''), nullif(pg.charset, '')
 				FROM unnest($10::bigint[], $11::int[], $12::text[], $13::bigint[], $14::bool[], $15::text[],
 				            $16::text[], $17::text[], $18::int[], $19::timestamptz[], $20::bigint[],
-				            $21::bool[], $22::bool[], $23::bool[], $24::text[], $25::text[])
+				            $21::bool[], $22::bool[], $23::bool[], $24::text[], $25::text[], $9::text[])
 				     AS pg(id, status, ctype, len, trunc, digest, title, redir, links, at, dur,
-				           noindex, nofollow, noarchive, canonical, charset)
+				           noindex, nofollow, noarchive, canonical, charset, node)
 				JOIN u ON u.id = pg.id
 				ON CONFLICT (url_id) DO NOTHING
 			)`

@@ -182,6 +182,7 @@ func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Sto
 		caps = append(caps, campaign.CapBatches)
 	}
 	puller := activities.NewPuller(st, tr.tracer, log)
+	commits := activities.NewCommits(st, m.Crawl, log)
 	regs := make([]store.Registration, len(ids))
 	engines := make([]*activities.Fetch, len(ids))
 	for i, id := range ids {
@@ -192,6 +193,7 @@ func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Sto
 		holder := store.HolderToken(id, regs[i].Incarnation)
 		opts := activities.FetchOptions{
 			Concurrency: n.FetchConcurrency, Holder: holder, Metrics: m.Crawl, Archive: arch, Done: puller.Done,
+			Commits: commits,
 		}
 		if single {
 			opts.Temporal = tc
@@ -262,6 +264,9 @@ func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Sto
 				}()
 			}
 			stopping.Wait()
+			if err := commits.Close(ctx); err != nil {
+				log.Warn("stopping the commits", "error", err)
+			}
 			puller.Flush(ctx)
 			controlWorker.Stop()
 			stopLife()
