@@ -98,7 +98,8 @@ type ReleaseNodeBatchesRequest struct {
 }
 
 // ChangedFigures picks, of every node's figures (sorted by ID), those that
-// differ from req.Known: those of req.First, then the others in turn from
+// differ from req.Known: those of req.First (zero for a node without
+// figures), then the others in turn from
 // the first ID after req.After, wrapping, at most req.Limit in all (all of
 // them when Limit is 0). It returns them, and where the next turn starts.
 func ChangedFigures(figures []NodeFigures, req ProgressRequest) ([]NodeFigures, string) {
@@ -120,6 +121,15 @@ func ChangedFigures(figures []NodeFigures, req ProgressRequest) ([]NodeFigures, 
 		if len(out) < limit && slices.Contains(req.First, f.ID) && changed(f) {
 			out = append(out, f)
 			picked[f.ID] = true
+		}
+	}
+	// A node asked for first that has no figures (no lease ever routed to
+	// it) holds nothing: its figures are zero.
+	for _, id := range req.First {
+		if len(out) < limit && !picked[id] && !slices.ContainsFunc(figures, func(f NodeFigures) bool { return f.ID == id }) &&
+			changed(NodeFigures{ID: id}) {
+			out = append(out, NodeFigures{ID: id})
+			picked[id] = true
 		}
 	}
 	start, _ := slices.BinarySearchFunc(figures, req.After, func(f NodeFigures, id string) int {

@@ -34,7 +34,7 @@ const (
 	// poolRecheck bounds the wait after a lease found nothing due while
 	// batches are out: nothing else tells the run that they ended (and
 	// brought links, or freed their hosts).
-	poolRecheck = time.Second
+	poolRecheck = leasePace
 	// detailNodes bounds the nodes the Web UI's details list by name.
 	detailNodes = 24
 )
@@ -140,10 +140,11 @@ func (d *dispatcher) progressRequest(first []string, limit int) campaign.Progres
 	req := campaign.ProgressRequest{CampaignKey: d.key, After: d.progressAfter, Limit: limit, First: first}
 	for _, id := range d.order {
 		n := d.nodes[id]
-		if n.drain && !slices.Contains(first, id) {
+		draining := n.state() == campaign.NodeDraining
+		if draining && !slices.Contains(first, id) {
 			req.First = append(req.First, id)
 		}
-		if n.heard && !n.drain { // a draining node is listed whatever its figures: its state waits on them
+		if n.heard && !draining { // a draining node is listed whatever its figures: its state waits on them
 			req.Known = append(req.Known, n.reported)
 		}
 	}

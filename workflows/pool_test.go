@@ -366,3 +366,56 @@ func TestPoolRunContinuesAsNewWithSmallState(t *testing.T) {
 		t.Fatalf("status counts %d fetched across the runs, Postgres %d; want 1200 each", st.Counters.Fetched, f.fetched)
 	}
 }
+
+// TestPoolRunDrainsANodeThatNeverHadWork: a node that no lease ever
+// routed to has no figures in Postgres; drained, it must still show
+// drained (it holds nothing), not draining for ever.
+func TestPoolRunDrainsANodeThatNeverHadWork(t *testing.T) {
+	f := newFakeCluster(30, 4, alive("a", 1), alive("idle", 0.000001))
+	f.holdAfter = 40
+	env := newPoolEnv(t, f)
+	midCampaignFor(env, f, 3*time.Second, func() {
+		env.SignalWorkflow(campaign.Drain, campaign.NodeRequest{Nodes: []string{"idle"}})
+	})
+	run(t, env, testSpec())
+	if f.figures["idle"] != nil {
+		t.Fatalf("idle got batches: %+v", f.figures["idle"])
+	}
+	for _, n := range queryStatus(t, env).Nodes {
+		if n.ID == "idle" && n.State != campaign.NodeDrained {
+			t.Errorf("the idle node is %s after its drain, want drained", n.State)
+		}
+	}
+}
+
+// TestPoolRunDrainsManyNodesAtOnce: one signal drains more nodes than a
+// look at the figures lists; each shows drained in its turn.
+func TestPoolRunDrainsManyNodesAtOnce(t *testing.T) {
+	var infos []campaign.NodeInfo
+	var drained []string
+	for i := range 3 * progressLimit {
+		id := fmt.Sprintf("n%03d", i)
+		infos = append(infos, alive(id, 1))
+		if i%3 != 0 {
+			drained = append(drained, id)
+		}
+	}
+	f := newFakeCluster(60, 20, infos...)
+	f.holdAfter = 100
+	env := newPoolEnv(t, f)
+	midCampaignFor(env, f, 10*time.Second, func() {
+		env.SignalWorkflow(campaign.Drain, campaign.NodeRequest{Nodes: drained})
+	})
+	var midway campaign.Status
+	env.RegisterDelayedCallback(func() { midway = queryStatus(t, env) }, 9*time.Second)
+	run(t, env, testSpec())
+	states := map[string]int{}
+	for _, n := range midway.Nodes {
+		if slices.Contains(drained, n.ID) {
+			states[n.State]++
+		}
+	}
+	if states[campaign.NodeDrained] != len(drained) {
+		t.Errorf("8.5 s after the drain of %d nodes: %v, want all drained", len(drained), states)
+	}
+}
