@@ -196,8 +196,14 @@ const PolicyChannel = "spiderpool_policy"
 // ListenPolicies calls changed every time a campaign starts or ends, until
 // ctx ends. It holds one connection; a lost connection is opened again, and
 // changed is called once after each reconnect, since notifications may have
-// been missed meanwhile.
+// been missed meanwhile. Through a transaction pooler (PgBouncer) a LISTEN
+// hears nothing, and leaves the pooler notifications for no client: it
+// only waits for ctx, and the policies are re-read as claims renew.
 func (s *Store) ListenPolicies(ctx context.Context, changed func()) {
+	if s.pooled {
+		<-ctx.Done()
+		return
+	}
 	for {
 		_ = s.listen(ctx, changed) // a lost listener only delays the news: claims re-read policies as they renew
 		if ctx.Err() != nil {

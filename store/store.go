@@ -39,6 +39,8 @@ type Store struct {
 	// deliveryStats and bodyStats do the same for deliveries and
 	// page_bodies, and bodyStats vacuums page_bodies.
 	deliveryStats, bodyStats tableStats
+	// pooled: the URL reaches Postgres through a transaction pooler.
+	pooled bool
 }
 
 // Open connects to the database at url and checks it answers within
@@ -93,6 +95,10 @@ func Open(ctx context.Context, url string, maxConns int32, timeout time.Duration
 	}
 	return &Store{
 		pool: pool, where: where,
+		// A URL that asks for statements without a server-side cache
+		// (default_query_exec_mode=cache_describe, say) goes through a
+		// transaction pooler: see ListenPolicies.
+		pooled:        cfg.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement,
 		stats:         tableStats{table: "frontier", after: analyzeAfter},
 		deliveryStats: tableStats{table: "deliveries", after: 2_000},
 		bodyStats:     tableStats{table: "page_bodies", vacuum: true, after: 2_000},

@@ -77,6 +77,7 @@ func openStore(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) (*store.Sto
 	if err != nil {
 		return nil, &UnreachableError{Err: err}
 	}
+	s.SetLogger(log) // its waits for a full server name the node
 	migrate := func(ctx context.Context) error { _, err := s.Migrate(ctx, log); return err }
 	// Pauses of 0.5s, 1s, ... 4.5s: 22.5s at most, within fx.StartTimeout.
 	if err := migrateRetrying(ctx, migrate, 500*time.Millisecond, log); err != nil {
