@@ -43,6 +43,9 @@ type DevNode struct {
 	Log    string  `json:"log"`
 	// Metrics is the node's /metrics URL, if it serves one.
 	Metrics string `json:"metrics,omitempty"`
+	// Identities are the node IDs the process registers: ID itself, or
+	// ID-1 to ID-<replicas> with --replicas.
+	Identities []string `json:"identities"`
 }
 
 func (a *app) devCmd() *cobra.Command {
@@ -57,6 +60,7 @@ func (a *app) devCmd() *cobra.Command {
 		warcDir  string
 		bouncer  string
 		bport    int
+		replicas int
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -69,9 +73,17 @@ TEMPORAL_ADDRESS is set), and node processes, each a 'spiderpool worker' you
 can kill to watch its hosts move to other nodes.`,
 		Example: `  spiderpool dev
   spiderpool dev --nodes 4 --weights 1,1,2,4     # 64 connections: through PgBouncer
+  spiderpool dev --nodes 50                       # fifty nodes of weight 1
+  spiderpool dev --nodes 10 --replicas 100        # a pool of 1,000 nodes in 10 processes
   DATABASE_URL=postgres://me@127.0.0.1/crawl spiderpool dev`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("weights") && nodes != 3 {
+				weights = strings.TrimSuffix(strings.Repeat("1,", nodes), ",") // --nodes N alone: N nodes of weight 1
+			}
+			if replicas < 1 {
+				return usageError(fmt.Errorf("--replicas must be >= 1, got %d", replicas))
+			}
 			ws, err := parseWeights(weights, nodes)
 			if err != nil {
 				return err
@@ -83,11 +95,12 @@ can kill to watch its hosts move to other nodes.`,
 				return usageError(fmt.Errorf("--pgbouncer is auto, on or off, not %q", bouncer))
 			}
 			ports := devPorts{temporal: tport, ui: uiport, pg: pgport, bouncer: bport, metrics: mport}
-			return a.runDev(cmd.Context(), ws, ports, bouncer, stateDir, warcDir)
+			return a.runDev(cmd.Context(), ws, replicas, ports, bouncer, stateDir, warcDir)
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "number of node processes")
-	cmd.Flags().StringVar(&weights, "weights", "1,1,2", "comma-separated node weights (one per node)")
+	cmd.Flags().StringVar(&weights, "weights", "1,1,2", "comma-separated node weights (one per node; with --nodes alone, all 1)")
+	cmd.Flags().IntVar(&replicas, "replicas", 1, "node identities in each node process (worker --replicas): --nodes 10 --replicas 100 is a pool of 1,000")
 	cmd.Flags().IntVar(&tport, "temporal-port", 7233, "Temporal frontend port")
 	cmd.Flags().IntVar(&uiport, "ui-port", 8233, "Temporal Web UI port")
 	cmd.Flags().IntVar(&pgport, "pg-port", 55432, "port of the private Postgres cluster")
@@ -146,7 +159,7 @@ func wantPgBouncer(mode string, nodes, dbConns int, ownServer bool) bool {
 	return false
 }
 
-func (a *app) runDev(ctx context.Context, weights []float64, ports devPorts, bouncer, stateDir, warcDir string) error {
+func (a *app) runDev(ctx context.Context, weights []float64, replicas int, ports devPorts, bouncer, stateDir, warcDir string) error {
 	tport, uiport, pgport := ports.temporal, ports.ui, ports.pg
 	if err := os.MkdirAll(filepath.Join(stateDir, "logs"), 0o755); err != nil {
 		return err
@@ -251,8 +264,11 @@ func (a *app) runDev(ctx context.Context, weights []float64, ports devPorts, bou
 		defer logFile.Close()
 		// The dev stack crawls webs on this machine: its nodes opt in to
 		// private addresses, which nodes refuse by default.
+		// A generous connect timeout: fifty nodes starting at once keep
+		// the dev server busy for more than the default 5 s.
 		args := []string{"worker", "--node", id, "--weight", strconv.FormatFloat(w, 'g', -1, 64),
-			"--log-level", cfg.LogLevel, "--allow-private-networks"}
+			"--log-level", cfg.LogLevel, "--allow-private-networks", "--connect-timeout", "30s",
+			"--replicas", strconv.Itoa(replicas)}
 		var metricsURL string
 		if ports.metrics > 0 {
 			port := ports.metrics + i
@@ -282,7 +298,8 @@ func (a *app) runDev(ctx context.Context, weights []float64, ports devPorts, bou
 			return fmt.Errorf("start %s: %w", id, err)
 		}
 		procs = append(procs, p)
-		state.Nodes = append(state.Nodes, DevNode{ID: id, Weight: w, PID: p.Process.Pid, Log: logPath, Metrics: metricsURL})
+		state.Nodes = append(state.Nodes, DevNode{ID: id, Weight: w, PID: p.Process.Pid, Log: logPath, Metrics: metricsURL,
+			Identities: config.Node{ID: id, Replicas: replicas}.IDs()})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -342,7 +359,9 @@ func waitRegistered(ctx context.Context, st *store.Store, nodes []DevNode) error
 		}
 		ready := true
 		for _, n := range nodes {
-			ready = ready && alive[n.ID]
+			for _, id := range n.Identities {
+				ready = ready && alive[id]
+			}
 		}
 		if ready {
 			return nil
