@@ -25,7 +25,7 @@ ENGINE ?= $(shell command -v docker || command -v podman)
 UNIT_PKGS := ./ring/... ./campaign/... ./crawl/... ./fetch/... ./workflows/... ./config/... ./activities/... ./store/... \
 	./archive/... ./metrics/... ./control/... ./cmd/... ./workers/... ./devstack/... ./schema/... ./processor/...
 
-.PHONY: help tools postgres build image cross test test-unit test-integration test-tools demo dev histories fuzz vet clean bench bench-scale bench-polite bench-frontier
+.PHONY: help tools postgres pgbouncer build image cross test test-unit test-integration test-tools demo dev histories fuzz vet clean bench bench-scale bench-polite bench-nodes bench-frontier
 
 help:
 	@echo "make demo   - run the local stack and crawl the bundled synthetic web"
@@ -37,6 +37,7 @@ help:
 	@echo "make bench  - spiderpool vs Colly on a 100k-page web, and the hot paths; updates README"
 	@echo "make bench-scale - spiderpool at 10k, 100k and 1M pages; updates README"
 	@echo "make bench-polite - politeness efficiency: 500 polite hosts, slow hosts, campaigns sharing nodes or hosts; updates README"
+	@echo "make bench-nodes - one polite campaign on pools of 3 to 1,000 nodes, a kill and a drain at scale; writes docs/pool.md"
 	@echo "make bench-frontier - plans and latency of a lease and an idle poll over a 10M-row frontier; writes docs/scale-10m.txt"
 
 tools: $(BIN)/temporal postgres
@@ -142,6 +143,22 @@ bench-scale: tools build
 
 bench-polite: tools build
 	cd bench && $(GO) build -o $(BIN)/bench . && $(BIN)/bench polite -spiderpool $(BIN)/spiderpool && $(BIN)/bench readme
+
+# The polite campaign of issue 30 on pools of 3 and 48 node processes and
+# of 100, 300 and 1,000 node identities (worker --replicas), behind
+# PgBouncer in front of a Postgres with max_connections 100, then a kill -9
+# of 100 identities and a drain of 100 mid-crawl (about 35 minutes).
+# BENCH_NODES_FLAGS passes more, e.g. -only "3 nodes,48 nodes" -scale 0.25.
+BENCH_NODES_FLAGS ?=
+bench-nodes: tools pgbouncer build
+	cd bench && $(GO) build -o $(BIN)/bench . && $(BIN)/bench nodes -spiderpool $(BIN)/spiderpool $(BENCH_NODES_FLAGS)
+
+# PgBouncer (Debian package pgbouncer), for bench-nodes and the tests that
+# run a pool behind it.
+pgbouncer:
+	@if command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; then exit 0; fi; \
+	echo "installing PgBouncer (Debian package pgbouncer)"; \
+	$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null
 
 # Postgres alone: a 10M-row frontier loaded into a throwaway cluster (about
 # 5 minutes; FRONTIER_DIR keeps it for the next run), every statement of a

@@ -21,6 +21,7 @@ type results struct {
 	Scale   []scalePoint  `json:"scale,omitempty"`
 	Micro   []microResult `json:"micro,omitempty"`
 	Polite  *politeRun    `json:"polite,omitempty"`
+	Nodes   *nodesRun     `json:"nodes,omitempty"`
 }
 
 type compareRun struct {

@@ -26,7 +26,7 @@ const envCPUProfile = "BENCH_CPUPROFILE"
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: bench run|scale|polite|frontier|micro|serve|colly|readme [flags]")
+		fmt.Fprintln(os.Stderr, "usage: bench run|scale|polite|nodes|frontier|micro|serve|colly|readme [flags]")
 		os.Exit(2)
 	}
 	if f := os.Getenv(envCPUProfile); f != "" && os.Args[1] != "serve" && os.Args[1] != "colly" {
@@ -48,6 +48,8 @@ func main() {
 		err = runScale(os.Args[2:])
 	case "polite":
 		err = runPolite(os.Args[2:])
+	case "nodes":
+		err = runNodes(os.Args[2:])
 	case "frontier":
 		err = runFrontier(os.Args[2:])
 	case "micro":

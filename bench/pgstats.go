@@ -26,6 +26,22 @@ func statementStatsSettings() []string {
 	return append(out, "shared_preload_libraries=pg_stat_statements")
 }
 
+// resetStatementStats forgets the statements so far, under BENCH_PG_STATS,
+// so the next printStatementStats shows one run's.
+func resetStatementStats(st *stack) {
+	if os.Getenv(envStatementStats) == "" {
+		return
+	}
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, st.pg.URL("postgres"))
+	if err != nil {
+		return
+	}
+	defer c.Close(ctx)
+	c.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+	c.Exec(ctx, "SELECT pg_stat_statements_reset()")
+}
+
 func printStatementStats(st *stack) {
 	if os.Getenv(envStatementStats) == "" {
 		return

@@ -64,17 +64,23 @@ func readme(args []string) error {
 		b.WriteString("\n")
 	}
 	b.WriteString(endMark)
-	doc, err := os.ReadFile(*path)
+	return replaceSection(*path, beginMark, endMark, b.String())
+}
+
+// replaceSection writes section (which starts with begin and ends with
+// end) over the file's section between the same marks.
+func replaceSection(path, begin, end, section string) error {
+	doc, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	s := string(doc)
-	i, j := strings.Index(s, beginMark), strings.Index(s, endMark)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
 	if i < 0 || j < i {
-		return fmt.Errorf("%s has no %q ... %q section", *path, beginMark, endMark)
+		return fmt.Errorf("%s has no %q ... %q section", path, begin, end)
 	}
-	s = s[:i] + b.String() + s[j+len(endMark):]
-	return os.WriteFile(*path, []byte(s), 0o644)
+	s = s[:i] + section + s[j+len(end):]
+	return os.WriteFile(path, []byte(s), 0o644)
 }
 
 func nsText(ns float64) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -35,9 +36,11 @@ type stack struct {
 	dir      string
 	pg       *devstack.Postgres
 	temporal *devstack.Temporal
-	bin      string
-	nodes    nodePlan
-	runs     int
+	// bouncer, when set, fronts pg: the nodes reach Postgres through it.
+	bouncer *devstack.PgBouncer
+	bin     string
+	nodes   nodePlan
+	runs    int
 }
 
 // nodePlan is the node processes each run starts: one per weight.
@@ -46,6 +49,22 @@ type nodePlan struct {
 	// concurrency is each node's --fetch-concurrency; 0 keeps the node's
 	// default.
 	concurrency int
+	// replicas is each process's --replicas (node identities); 0 is 1.
+	replicas int
+}
+
+// identities is how many nodes the plan's processes register.
+func (p nodePlan) identities() int { return len(p.weights) * max(p.replicas, 1) }
+
+// stackOptions shape the stack beyond its nodes.
+type stackOptions struct {
+	// pgSettings are more Postgres settings (name=value).
+	pgSettings []string
+	// pgbouncer puts PgBouncer (transaction pooling) between the nodes and
+	// Postgres, as a deployment of many nodes does.
+	pgbouncer bool
+	// pgOutput receives Postgres's log.
+	pgOutput io.Writer
 }
 
 // equalNodes is n nodes of weight 1.
@@ -58,26 +77,50 @@ func equalNodes(n, concurrency int) nodePlan {
 }
 
 func startStack(bin string, nodes nodePlan) (*stack, error) {
+	return startStackWith(bin, nodes, stackOptions{})
+}
+
+func startStackWith(bin string, nodes nodePlan, o stackOptions) (*stack, error) {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "spiderpool-bench-")
 	if err != nil {
 		return nil, err
 	}
 	s := &stack{dir: dir, bin: bin, nodes: nodes}
-	if s.pg, err = devstack.StartPostgres(ctx, devstack.PostgresOptions{Settings: statementStatsSettings()}); err != nil {
+	settings := append(statementStatsSettings(), o.pgSettings...)
+	if s.pg, err = devstack.StartPostgres(ctx, devstack.PostgresOptions{Settings: settings, Output: o.pgOutput}); err != nil {
 		return nil, err
+	}
+	if o.pgbouncer {
+		up, err := devstack.UpstreamOf(s.pg.URL("postgres"))
+		up.Database = "" // every database: each run has its own
+		if err == nil {
+			pool, _ := strconv.Atoi(os.Getenv("BENCH_PGBOUNCER_POOL")) // 0: PgBouncer's default as spiderpool ships it
+			s.bouncer, err = devstack.StartPgBouncer(ctx, devstack.PgBouncerOptions{Upstream: up, PoolSize: pool})
+		}
+		if err != nil {
+			s.pg.Stop()
+			return nil, fmt.Errorf("pgbouncer: %w", err)
+		}
 	}
 	s.temporal, err = devstack.StartTemporal(ctx, devstack.TemporalOptions{UIPort: -1, DBFile: filepath.Join(dir, "temporal.db")})
 	if err != nil {
-		s.pg.Stop()
+		s.stopDatabase()
 		return nil, err
 	}
 	return s, nil
 }
 
+func (s *stack) stopDatabase() {
+	if s.bouncer != nil {
+		s.bouncer.Stop()
+	}
+	s.pg.Stop()
+}
+
 func (s *stack) stop() {
 	s.temporal.Stop()
-	s.pg.Stop()
+	s.stopDatabase()
 	os.RemoveAll(s.dir)
 }
 
@@ -111,15 +154,22 @@ func (s *stack) startNodes() (_ *nodeSet, err error) {
 		return nil, err
 	}
 	r.db = db
+	nodeDB := db // what the nodes connect to
+	if s.bouncer != nil {
+		nodeDB = s.bouncer.URL(fmt.Sprintf("bench_%d", s.runs))
+	}
 	cfg := config.Default()
 	cfg.DatabaseURL, cfg.TemporalAddress = db, s.temporal.Address()
 	cfg.ControlQueue = fmt.Sprintf("bench.%d", s.runs)
 	for i, w := range s.nodes.weights {
 		id := fmt.Sprintf("bench%d-n%d", s.runs, i+1)
 		args := []string{"worker", "--node", id, "--weight", strconv.FormatFloat(w, 'g', -1, 64),
-			"--allow-private-networks", "--log-level", "warn"}
+			"--allow-private-networks", "--log-level", "warn", "--connect-timeout", "30s"}
 		if s.nodes.concurrency > 0 {
 			args = append(args, "--fetch-concurrency", strconv.Itoa(s.nodes.concurrency))
+		}
+		if s.nodes.replicas > 1 {
+			args = append(args, "--replicas", strconv.Itoa(s.nodes.replicas))
 		}
 		// Each node serves metrics, pprof and page bodies, as deployed nodes
 		// do: processors get bodies by reference from it.
@@ -130,7 +180,7 @@ func (s *stack) startNodes() (_ *nodeSet, err error) {
 		}
 		args = append(args, "--metrics-addr", metricsAddr)
 		p := exec.Command(s.bin, args...)
-		p.Env = append(os.Environ(), config.EnvDatabaseURL+"="+db, config.EnvTemporalAddress+"="+cfg.TemporalAddress,
+		p.Env = append(os.Environ(), config.EnvDatabaseURL+"="+nodeDB, config.EnvTemporalAddress+"="+cfg.TemporalAddress,
 			config.EnvControlQueue+"="+cfg.ControlQueue)
 		p.Stderr = os.Stderr
 		devstack.DieWithParent(p, syscall.SIGKILL)
@@ -139,7 +189,7 @@ func (s *stack) startNodes() (_ *nodeSet, err error) {
 		}
 		r.procs = append(r.procs, p)
 	}
-	if err := waitRegistered(ctx, db, len(s.nodes.weights)); err != nil {
+	if err := waitRegistered(ctx, db, s.nodes.identities()); err != nil {
 		return nil, err
 	}
 	if r.client, err = control.Dial(ctx, cfg, slog.New(slog.DiscardHandler)); err != nil {
