@@ -126,6 +126,12 @@ type poolResult struct {
 	// connections it refused (its log's "too many clients").
 	PGConnections int `json:"pg_connections_max"`
 	PGRefused     int `json:"pg_connections_refused"`
+	// PGXactsPer1000 and PGRowsPer1000 are the transactions committed and
+	// the rows inserted, updated or deleted in the campaign's database
+	// while it ran (pg_stat_database), per 1,000 pages: Postgres's work
+	// per page, for the arithmetic in docs/pool.md.
+	PGXactsPer1000 float64 `json:"pg_transactions_per_1000_pages"`
+	PGRowsPer1000  float64 `json:"pg_rows_written_per_1000_pages"`
 	// CPU is CPU seconds while the campaign ran, by kind of process.
 	CPU map[string]float64 `json:"cpu_seconds"`
 	// RSSPerNode is the node processes' peak resident sets, summed, over
@@ -268,12 +274,13 @@ func nodesSection(machine string, nr *nodesRun) string {
 		fmt.Fprintf(&b, " (scaled: hosts and pages per host x%g)", nr.Scale)
 	}
 	b.WriteString(". Postgres with `max_connections = 100` behind PgBouncer (transaction pooling, as spiderpool ships it), the Temporal dev server, node processes with the node defaults. Efficiency is pages ÷ (seconds × bound), seconds from the workflow's start to its result; events and activities are over every run of the campaign; latencies are from the nodes' SDK metrics; CPU-seconds are while the campaign ran; duplicates and misses are from the synthetic web's log.\n\n")
-	b.WriteString("| pool | nodes | campaign | pages | seconds | of bound | events / 1,000 pages | activities / 1,000 | local activities / 1,000 | runs | workflow task p50 / p99 ms | lease p50 / p99 ms | Postgres connections (max) | refused | CPU-s nodes / Temporal / Postgres / PgBouncer | RSS / node MiB | duplicates | missed | reroutes |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| pool | nodes | campaign | pages | seconds | of bound | events / 1,000 pages | activities / 1,000 | local activities / 1,000 | runs | workflow task p50 / p99 ms | lease p50 / p99 ms | Postgres connections (max) | refused | Postgres transactions / rows written per 1,000 pages | CPU-s nodes / Temporal / Postgres / PgBouncer | RSS / node MiB | duplicates | missed | reroutes |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range nr.Results {
-		fmt.Fprintf(&b, "| %s | %d | %s | %d | %.1f | **%.2f** | %.0f | %.2f | %.1f | %d | %.0f / %.0f | %.0f / %.0f | %d | %d | %.0f / %.0f / %.0f / %.0f | %.1f | %d | %d | %d |\n",
+		fmt.Fprintf(&b, "| %s | %d | %s | %d | %.1f | **%.2f** | %.0f | %.2f | %.1f | %d | %.0f / %.0f | %.0f / %.0f | %d | %d | %.0f / %.0f | %.0f / %.0f / %.0f / %.0f | %.1f | %d | %d | %d |\n",
 			r.Pool.Name, r.Identities, r.Campaign, r.Pages, r.Seconds, r.Efficiency, r.EventsPer1000, r.ActivitiesPer1000,
 			r.LocalPer1000, r.Runs, r.WorkflowTask.P50, r.WorkflowTask.P99, r.Lease.P50, r.Lease.P99, r.PGConnections, r.PGRefused,
+			r.PGXactsPer1000, r.PGRowsPer1000,
 			r.CPU["nodes"], r.CPU["temporal"], r.CPU["postgres"], r.CPU["pgbouncer"], r.RSSPerNode, r.Duplicates, r.Missing, r.Rerouted)
 	}
 	if k := nr.Kill; k != nil {
@@ -364,8 +371,10 @@ func (s *stack) poolRun(p poolPlan, pc poolCampaign, refused *refusals) (poolRes
 	refusedBefore := refused.n.Load()
 	resetStatementStats(s)
 	stopSampling := s.connSampler()
+	dbBefore := nodes.dbWork(ctx)
 	c, err := nodes.crawlPolite(ctx, pc, web, nil)
 	res.PGConnections = stopSampling()
+	dbAfter := nodes.dbWork(ctx)
 	res.PGRefused = int(refused.n.Load() - refusedBefore)
 	if err != nil {
 		return res, err
@@ -384,6 +393,8 @@ func (s *stack) poolRun(p poolPlan, pc poolCampaign, refused *refusals) (poolRes
 	res.EventsPer1000 = per1000(cost.events, res.Pages)
 	res.ActivitiesPer1000 = per1000(cost.activities, res.Pages)
 	res.LocalPer1000 = per1000(cost.local, res.Pages)
+	res.PGXactsPer1000 = per1000(int(dbAfter.xacts-dbBefore.xacts), res.Pages)
+	res.PGRowsPer1000 = per1000(int(dbAfter.rows-dbBefore.rows), res.Pages)
 	res.WorkflowTask, res.Lease = nodes.sdkLatencies(ctx)
 	rss := nodes.peakRSS()
 	res.RSSPerNode = float64(rss) / float64(p.identities()) / (1 << 20)
@@ -466,6 +477,22 @@ func (r *nodeSet) crawlPolite(ctx context.Context, pc poolCampaign, web *synthwe
 		return nil, err
 	}
 	return c, nil
+}
+
+// dbCounters are the campaign database's committed transactions and rows
+// written so far, as pg_stat_database has them.
+type dbCounters struct{ xacts, rows int64 }
+
+// dbWork reads the database's counters. Backends report theirs at the end
+// of a transaction, at most a second apart, so a crawl of minutes is
+// counted within a second's work.
+func (r *nodeSet) dbWork(ctx context.Context) dbCounters {
+	var c dbCounters
+	r.query(ctx, func(conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `SELECT xact_commit, tup_inserted + tup_updated + tup_deleted
+			FROM pg_stat_database WHERE datname = current_database()`).Scan(&c.xacts, &c.rows)
+	})
+	return c
 }
 
 // pages counts the pages fetched so far.
@@ -840,12 +867,12 @@ func (s *stack) drainMany(p poolPlan, pc poolCampaign) (*drainResult, error) {
 // printNodes writes the summary table.
 func printNodes(w io.Writer, nr *nodesRun) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "pool\tnodes\tcampaign\tpages\tseconds\tof bound\tevents/1k\tactivities/1k\tlocal/1k\truns\twf task p50/p99 ms\tlease p50/p99 ms\tPG conns\trefused\tCPU-s nodes/temporal/postgres/pgbouncer\tRSS/node MiB\tdups\tmissed\treroutes\t\n")
+	fmt.Fprintf(tw, "pool\tnodes\tcampaign\tpages\tseconds\tof bound\tevents/1k\tactivities/1k\tlocal/1k\truns\twf task p50/p99 ms\tlease p50/p99 ms\tPG conns\trefused\tPG xacts/rows per 1k\tCPU-s nodes/temporal/postgres/pgbouncer\tRSS/node MiB\tdups\tmissed\treroutes\t\n")
 	for _, r := range nr.Results {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.1f\t%.2f\t%.0f\t%.1f\t%.0f\t%d\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f/%.0f/%.0f/%.0f\t%.1f\t%d\t%d\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.1f\t%.2f\t%.0f\t%.1f\t%.0f\t%d\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f/%.0f\t%.0f/%.0f/%.0f/%.0f\t%.1f\t%d\t%d\t%d\t\n",
 			r.Pool.Name, r.Identities, r.Campaign, r.Pages, r.Seconds, r.Efficiency, r.EventsPer1000, r.ActivitiesPer1000,
 			r.LocalPer1000, r.Runs, r.WorkflowTask.P50, r.WorkflowTask.P99, r.Lease.P50, r.Lease.P99, r.PGConnections,
-			r.PGRefused, r.CPU["nodes"], r.CPU["temporal"], r.CPU["postgres"], r.CPU["pgbouncer"], r.RSSPerNode,
+			r.PGRefused, r.PGXactsPer1000, r.PGRowsPer1000, r.CPU["nodes"], r.CPU["temporal"], r.CPU["postgres"], r.CPU["pgbouncer"], r.RSSPerNode,
 			r.Duplicates, r.Missing, r.Rerouted)
 	}
 	tw.Flush()
