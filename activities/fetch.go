@@ -62,8 +62,10 @@ type Fetch struct {
 	held     map[int64]*item // URLs this node holds, by ID
 	queues   map[string]*hostQueue
 	stopping bool
-	// allSettled is closed, once Stop made it, when no batch is left.
+	// allSettled is closed, once Stop made it, when no batch is left
+	// and none is still being completed (completing).
 	allSettled chan struct{}
+	completing int
 
 	life    context.Context // the engine's, until Stop returns
 	end     context.CancelFunc
@@ -213,7 +215,7 @@ func (f *Fetch) waitSettled(ctx context.Context) error {
 	f.mu.Lock()
 	if f.allSettled == nil {
 		f.allSettled = make(chan struct{})
-		if len(f.batches) == 0 {
+		if len(f.batches) == 0 && f.completing == 0 {
 			close(f.allSettled)
 		}
 	}
@@ -578,7 +580,18 @@ func (f *Fetch) settled(chunk []settlement, res []campaign.BatchResult) {
 			done = append(done, b)
 		}
 	}
-	if f.allSettled != nil && len(f.batches) == 0 {
+	f.completing += len(done)
+	f.mu.Unlock()
+	for _, b := range done {
+		f.complete(b)
+	}
+	// Only once every finished batch is on its way (its report counted in
+	// f.reports, or handed to the puller) may Stop stop waiting: before,
+	// Stop could wait on f.reports while complete added to it, and miss
+	// the report.
+	f.mu.Lock()
+	f.completing -= len(done)
+	if f.allSettled != nil && len(f.batches) == 0 && f.completing == 0 {
 		select {
 		case <-f.allSettled:
 		default:
@@ -586,9 +599,6 @@ func (f *Fetch) settled(chunk []settlement, res []campaign.BatchResult) {
 		}
 	}
 	f.mu.Unlock()
-	for _, b := range done {
-		f.complete(b)
-	}
 }
 
 // complete reports a finished batch to its workflow: by its task token,
