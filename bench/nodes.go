@@ -22,10 +22,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/client"
 
 	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/control"
 	"github.com/spiderpool/spiderpool/tests/synthweb"
 )
 
@@ -385,14 +384,16 @@ func (s *stack) poolRun(p poolPlan, pc poolCampaign, refused *refusals) (poolRes
 	res.CPU = cpuKinds(c.cpuBefore, c.cpuAfter)
 	res.Rerouted, res.Batches = c.status.Counters.Rerouted, c.status.Counters.Batches
 	res.LeasedAgain = max(0, c.status.Counters.Leased-(c.sum.Fetched+c.sum.Failed+c.sum.Excluded))
-	cost, err := campaignCost(ctx, nodes.client, c.id, c.sum.Runs)
+	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	cost, err := control.CampaignHistoryCost(hctx, nodes.client, c.id, c.sum.Runs)
+	cancel()
 	if err != nil {
 		return res, err
 	}
-	res.Runs, res.Events, res.Activities, res.LocalActivities = cost.runs, cost.events, cost.activities, cost.local
-	res.EventsPer1000 = per1000(cost.events, res.Pages)
-	res.ActivitiesPer1000 = per1000(cost.activities, res.Pages)
-	res.LocalPer1000 = per1000(cost.local, res.Pages)
+	res.Runs, res.Events, res.Activities, res.LocalActivities = cost.Runs, cost.Events, cost.Activities, cost.LocalActivities
+	res.EventsPer1000 = per1000(cost.Events, res.Pages)
+	res.ActivitiesPer1000 = per1000(cost.Activities, res.Pages)
+	res.LocalPer1000 = per1000(cost.LocalActivities, res.Pages)
 	res.PGXactsPer1000 = per1000(int(dbAfter.xacts-dbBefore.xacts), res.Pages)
 	res.PGRowsPer1000 = per1000(int(dbAfter.rows-dbBefore.rows), res.Pages)
 	res.WorkflowTask, res.Lease = nodes.sdkLatencies(ctx)
@@ -538,51 +539,6 @@ func cpuKinds(a, b cpuSample) map[string]float64 {
 		}
 	}
 	return kinds
-}
-
-// cost is what a campaign cost its histories.
-type cost struct{ runs, events, activities, local int }
-
-// campaignCost walks every run of the campaign and their children.
-func campaignCost(ctx context.Context, c client.Client, id string, runs int) (cost, error) {
-	if _, err := runHistories(ctx, c, id, runs); err != nil { // waits for visibility to list them all
-		return cost{}, err
-	}
-	var out cost
-	var ids []string
-	var token []byte
-	for {
-		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = %q", id), NextPageToken: token})
-		if err != nil {
-			return out, err
-		}
-		for _, e := range resp.GetExecutions() {
-			ids = append(ids, e.GetExecution().GetRunId())
-		}
-		if token = resp.GetNextPageToken(); len(token) == 0 {
-			break
-		}
-	}
-	out.runs = len(ids)
-	var walk func(id, run string)
-	walk = func(id, run string) {
-		for _, e := range history(ctx, c, id, run) {
-			out.events++
-			switch {
-			case e.GetActivityTaskScheduledEventAttributes() != nil:
-				out.activities++
-			case e.GetMarkerRecordedEventAttributes().GetMarkerName() == "LocalActivity":
-				out.local++
-			}
-			if a := e.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
-				walk(a.GetWorkflowExecution().GetWorkflowId(), a.GetWorkflowExecution().GetRunId())
-			}
-		}
-	}
-	for _, run := range ids {
-		walk(id, run)
-	}
-	return out, nil
 }
 
 // sdkLatencies reads the nodes' SDK metrics: campaign workflow tasks'

@@ -589,14 +589,7 @@ func TestDeadNodesBatchesMove(t *testing.T) {
 	if !released {
 		t.Fatalf("releases %+v: the dead node's batch %v was not released", f.releases, hungIDs)
 	}
-	var died, joined bool
-	for _, ch := range f.changes {
-		died = died || (ch.Node == "b" && ch.NewState == campaign.NodeDead && ch.Reason == reasonDied)
-		joined = joined || (ch.Node == "d" && ch.NewWeight == 3 && ch.Reason == reasonJoined)
-	}
-	if !died || !joined {
-		t.Errorf("ring changes %+v: want b died and d joined", f.changes)
-	}
+	wantDiedAndJoined(t, f.changes)
 }
 
 // TestLeaseAnsweredAfterItsNodeDiedSendsItNothing: a lease that offered
@@ -1058,5 +1051,19 @@ func TestStatusAgreesWithPostgresAfterNodeDies(t *testing.T) {
 		if want := sum.PerNode[n.ID]; n.Fetched != want {
 			t.Errorf("status says node %s fetched %d, Postgres %d", n.ID, n.Fetched, want)
 		}
+	}
+}
+
+// wantDiedAndJoined fails the test unless the ring changes recorded say
+// node b died and node d joined with weight 3.
+func wantDiedAndJoined(t *testing.T, changes []campaign.RingChange) {
+	t.Helper()
+	var died, joined bool
+	for _, ch := range changes {
+		died = died || (ch.Node == "b" && ch.NewState == campaign.NodeDead && ch.Reason == reasonDied)
+		joined = joined || (ch.Node == "d" && ch.NewWeight == 3 && ch.Reason == reasonJoined)
+	}
+	if !died || !joined {
+		t.Errorf("ring changes %+v: want b died and d joined", changes)
 	}
 }

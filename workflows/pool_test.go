@@ -264,14 +264,7 @@ func TestPoolRunMovesADeadNodesHosts(t *testing.T) {
 	if offeredTo(f.leasedAfter, "b") || !offeredTo(f.leasedAfter, "d") {
 		t.Fatalf("after the refresh the leases' rings held b %v and d %v; want only d", offeredTo(f.leasedAfter, "b"), offeredTo(f.leasedAfter, "d"))
 	}
-	var died, joined bool
-	for _, ch := range f.changes {
-		died = died || (ch.Node == "b" && ch.NewState == campaign.NodeDead && ch.Reason == reasonDied)
-		joined = joined || (ch.Node == "d" && ch.NewWeight == 3 && ch.Reason == reasonJoined)
-	}
-	if !died || !joined {
-		t.Errorf("ring changes %+v: want b died and d joined", f.changes)
-	}
+	wantDiedAndJoined(t, f.changes)
 }
 
 // TestPoolRunDrainsANode: a drained node gets no batch after the drain's

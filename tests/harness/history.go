@@ -2,18 +2,16 @@ package harness
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/temporalproto"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/spiderpool/spiderpool/control"
 	"github.com/spiderpool/spiderpool/devstack"
 )
 
@@ -82,12 +80,8 @@ func validSet(s string) bool {
 	return s != "" && s != "." && s != ".."
 }
 
-// HistoryCost is what a campaign cost its Temporal histories: events,
-// activities (scheduled on a task queue) and local activities (markers),
-// over every run of the workflow ID and every child workflow they started.
-type HistoryCost struct {
-	Runs, Events, Activities, LocalActivities int
-}
+// HistoryCost is what a campaign cost its Temporal histories.
+type HistoryCost = control.HistoryCost
 
 // PerThousand scales a count to a campaign's thousand pages.
 func PerThousand(n int, pages int64) float64 {
@@ -98,65 +92,15 @@ func PerThousand(n int, pages int64) float64 {
 }
 
 // CampaignHistoryCost reads the histories of every run of the campaign
-// workflowID (waiting up to a minute for visibility to list them all
-// closed) and of their children.
+// workflowID and of their children, waiting up to a minute for
+// visibility to list them all closed.
 func CampaignHistoryCost(t testing.TB, c client.Client, workflowID string) HistoryCost {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var runs []string
-	for deadline := time.Now().Add(time.Minute); ; {
-		runs = runs[:0]
-		open := 0
-		var token []byte
-		for {
-			resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-				Query: fmt.Sprintf("WorkflowId = %q", workflowID), NextPageToken: token,
-			})
-			if err != nil {
-				t.Fatalf("list the runs of %s: %v", workflowID, err)
-			}
-			for _, e := range resp.GetExecutions() {
-				runs = append(runs, e.GetExecution().GetRunId())
-				if e.GetCloseTime() == nil {
-					open++
-				}
-			}
-			if token = resp.GetNextPageToken(); len(token) == 0 {
-				break
-			}
-		}
-		if open == 0 && len(runs) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("visibility lists %d runs of %s, %d of them open, after a minute", len(runs), workflowID, open)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	cost := HistoryCost{Runs: len(runs)}
-	var walk func(id, run string)
-	walk = func(id, run string) {
-		it := c.GetWorkflowHistory(ctx, id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		for it.HasNext() {
-			e, err := it.Next()
-			if err != nil {
-				t.Fatalf("history of %s/%s: %v", id, run, err)
-			}
-			cost.Events++
-			switch {
-			case e.GetActivityTaskScheduledEventAttributes() != nil:
-				cost.Activities++
-			case e.GetMarkerRecordedEventAttributes().GetMarkerName() == "LocalActivity":
-				cost.LocalActivities++
-			}
-			if a := e.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
-				walk(a.GetWorkflowExecution().GetWorkflowId(), a.GetWorkflowExecution().GetRunId())
-			}
-		}
-	}
-	for _, run := range runs {
-		walk(workflowID, run)
+	cost, err := control.CampaignHistoryCost(ctx, c, workflowID, 1)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return cost
 }

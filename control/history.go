@@ -1,0 +1,94 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+)
+
+// HistoryCost is what a campaign cost its Temporal histories: events,
+// activities (scheduled on a task queue) and local activities (markers),
+// over every run of the workflow ID and every child workflow they started.
+type HistoryCost struct {
+	Runs, Events, Activities, LocalActivities int
+}
+
+// CampaignHistoryCost reads the histories of every run of the campaign
+// workflowID, and of their children, once visibility lists them all closed
+// (at least runs of them; it is eventually consistent). It looks again
+// until ctx ends.
+func CampaignHistoryCost(ctx context.Context, c client.Client, workflowID string, runs int) (HistoryCost, error) {
+	ids, err := closedRuns(ctx, c, workflowID, max(runs, 1))
+	if err != nil {
+		return HistoryCost{}, err
+	}
+	cost := HistoryCost{Runs: len(ids)}
+	var walk func(id, run string) error
+	walk = func(id, run string) error {
+		it := c.GetWorkflowHistory(ctx, id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			e, err := it.Next()
+			if err != nil {
+				return fmt.Errorf("history of %s/%s: %w", id, run, err)
+			}
+			cost.Events++
+			switch {
+			case e.GetActivityTaskScheduledEventAttributes() != nil:
+				cost.Activities++
+			case e.GetMarkerRecordedEventAttributes().GetMarkerName() == "LocalActivity":
+				cost.LocalActivities++
+			}
+			if a := e.GetChildWorkflowExecutionStartedEventAttributes(); a != nil {
+				if err := walk(a.GetWorkflowExecution().GetWorkflowId(), a.GetWorkflowExecution().GetRunId()); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	for _, run := range ids {
+		if err := walk(workflowID, run); err != nil {
+			return cost, err
+		}
+	}
+	return cost, nil
+}
+
+// closedRuns lists the run IDs of workflowID once visibility shows none
+// open and at least least of them.
+func closedRuns(ctx context.Context, c client.Client, workflowID string, least int) ([]string, error) {
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		var ids []string
+		open := 0
+		var token []byte
+		for {
+			resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+				Query: fmt.Sprintf("WorkflowId = %q", workflowID), NextPageToken: token,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("list the runs of %s: %w", workflowID, err)
+			}
+			for _, e := range resp.GetExecutions() {
+				ids = append(ids, e.GetExecution().GetRunId())
+				if e.GetCloseTime() == nil {
+					open++
+				}
+			}
+			if token = resp.GetNextPageToken(); len(token) == 0 {
+				break
+			}
+		}
+		if open == 0 && len(ids) >= least {
+			return ids, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("visibility lists %d runs of %s, %d of them open: %w", len(ids), workflowID, open, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
