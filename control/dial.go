@@ -215,6 +215,11 @@ func tlsHint(cfg config.Config, conf *tls.Config, err error) string {
 			"--temporal-tls-server-name to a name it carries%s", conf.ServerName, src("server name", "tls.server_name"))
 	case errors.As(err, &invalid):
 		return "the server's certificate is not valid (expired, or not for a server)"
+	case errors.As(err, &header) && cfg.Temporal.APIKey != "":
+		// Never advise turning TLS off here: the key would go in clear.
+		return "the server does not speak TLS, and an API key is only ever sent over TLS: " +
+			"check the address (TEMPORAL_ADDRESS or --temporal-address) is the server's TLS endpoint, " +
+			"or drop the API key for a server without TLS"
 	case errors.As(err, &header):
 		return fmt.Sprintf("the server does not speak TLS: TLS is on%s; "+
 			"set TEMPORAL_TLS=false or --temporal-tls=false if it should be off", src("TLS", "tls"))
