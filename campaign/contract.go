@@ -471,6 +471,11 @@ type Counters struct {
 	Rerouted   int64 `json:"rerouted"`
 }
 
+// Known is how many URLs the campaign knows of: its seeds, the URLs
+// add_urls stored and those found by links. Every URL fetched is one of
+// them, so a campaign never shows more fetched than known.
+func (c Counters) Known() int64 { return c.Seeds + c.Added + c.Discovered }
+
 // NodeStatus is one node as the campaign sees it.
 type NodeStatus struct {
 	ID     string  `json:"id"`

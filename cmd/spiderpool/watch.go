@@ -128,8 +128,8 @@ func measure(st campaign.Status, rate float64) progress {
 	c := st.Counters
 	done := c.Fetched + c.Failed + c.Excluded
 	// Status.Pending is counted only when nothing is due, so the frontier's
-	// size comes from the URLs inserted: seeds and discoveries.
-	known := max(c.Seeds+c.Discovered, done+st.Pending+int64(inflight(st)))
+	// size comes from the URLs inserted: seeds, added and found by links.
+	known := max(c.Known(), done+st.Pending+int64(inflight(st)))
 	return progress{done: done, known: known, rate: rate}
 }
 
@@ -162,8 +162,8 @@ func renderFrame(st campaign.Status, p progress, elapsed time.Duration, width in
 		fmt.Sprintf("campaign %s  %s  run %d  %s elapsed", st.CampaignID, st.State, st.Run, elapsed.Round(time.Second)),
 		fmt.Sprintf("%s %3.0f%%  %d/%d URLs  %.0f pages/s  ETA %s",
 			bar(p.fraction(), barW), 100*p.fraction(), p.done, p.known, p.rate, p.eta()),
-		fmt.Sprintf("fetched %d  failed %d  excluded %d  discovered %d  in flight %d  rerouted %d",
-			c.Fetched, c.Failed, c.Excluded, c.Discovered, inflight(st), c.Rerouted),
+		fmt.Sprintf("fetched %d  failed %d  excluded %d  known %d  in flight %d  rerouted %d",
+			c.Fetched, c.Failed, c.Excluded, c.Known(), inflight(st), c.Rerouted),
 	}
 	idW := 4
 	for _, n := range st.Nodes {

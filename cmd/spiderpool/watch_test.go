@@ -75,3 +75,28 @@ func TestWatchRedrawsOnTerminalAndPrintsLinesOtherwise(t *testing.T) {
 		t.Errorf("second frame should go back over the first's 5 lines: %q", tty.String()[first:])
 	}
 }
+
+// TestCountsNeverShowMoreFetchedThanKnown: a campaign of one seed whose
+// links found 5,999 more, all fetched, reads as 6,000 fetched of 6,000
+// known in every view, not "fetched 6000 discovered 5999"; URLs added by
+// add_urls count as known too.
+func TestCountsNeverShowMoreFetchedThanKnown(t *testing.T) {
+	st := campaign.Status{CampaignID: "c1", State: "completed", Run: 1,
+		Counters: campaign.Counters{Seeds: 1, Discovered: 5999, Fetched: 6000}}
+	var status bytes.Buffer
+	printStatus(&status, st)
+	views := map[string]string{
+		"progress line": progressLine(st),
+		"status":        status.String(),
+		"watch frame":   strings.Join(renderFrame(st, measure(st, 0), time.Second, 100), "\n"),
+	}
+	for name, text := range views {
+		if !strings.Contains(text, "known 6000") || strings.Contains(text, "discovered 5999") {
+			t.Errorf("%s reads %q: want 6000 known beside 6000 fetched", name, text)
+		}
+	}
+	st.Counters.Added = 500
+	if k := measure(st, 0).known; k != 6500 {
+		t.Errorf("known %d with 500 URLs added, want 6500", k)
+	}
+}

@@ -133,8 +133,8 @@ func run() error {
 			nodes = append(nodes, fmt.Sprintf("%s %d (%s)", n.ID, n.Fetched, n.State))
 		}
 		rate := float64(st.Counters.Fetched) / time.Since(start).Seconds()
-		fmt.Printf("%5.1fs  fetched %5d  discovered %5d  %4.0f pages/s  | %s\n", time.Since(start).Seconds(),
-			st.Counters.Fetched, st.Counters.Discovered, rate, strings.Join(nodes, ", "))
+		fmt.Printf("%5.1fs  fetched %5d  known %5d  %4.0f pages/s  | %s\n", time.Since(start).Seconds(),
+			st.Counters.Fetched, st.Counters.Known(), rate, strings.Join(nodes, ", "))
 	})
 	if err != nil {
 		return err
