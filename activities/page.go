@@ -78,7 +78,7 @@ func (f *Fetch) check(ctx context.Context, it *item, h *host) (out outcome, requ
 	}
 	// Judged on what the request will send: a rule on the query must see
 	// it in the order it is requested in.
-	if !rf.robots.AllowedTarget(self.Target(), r.agent) {
+	if !rf.robots.Allowed(self, r.agent) {
 		out.o.State, out.o.Error = store.Excluded, "robots.txt disallows it for "+r.agent
 		return out, false, true
 	}

@@ -102,11 +102,11 @@ func FuzzRobots(f *testing.F) {
 			target = u
 		}
 		_ = r.Allowed(target, "spiderpool")
-		_ = r.AllowedTarget(path, "spiderpool")
+		_ = r.allowedTarget(path, "spiderpool")
 		if d := r.CrawlDelay("spiderpool"); d < 0 {
 			t.Fatalf("negative crawl delay %v", d)
 		}
-		if missing := ParseRobots(404, []byte(body)); !missing.Allowed(target, "spiderpool") || !missing.AllowedTarget(path, "spiderpool") {
+		if missing := ParseRobots(404, []byte(body)); !missing.Allowed(target, "spiderpool") || !missing.allowedTarget(path, "spiderpool") {
 			t.Fatal("a missing robots.txt must allow all")
 		}
 	})

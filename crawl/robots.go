@@ -128,23 +128,18 @@ func (r *Robots) Unavailable() bool {
 func (r *Robots) Status() int { return r.status }
 
 // Allowed says whether agent (a product token such as "spiderpool") may
-// fetch u. It judges u's path and query as u serialises them; a caller that
-// requests a URL in another form (its query in the order it was linked)
-// should ask AllowedTarget with what it sends.
+// fetch u, judged on u's request target as it is sent (u.Target(): the
+// path and the query in the order it was linked), never its canonical
+// form. The query is part of it: "Disallow: /p?b=" covers "/p?b=1&a=2" and
+// not "/p?a=2&b=1". The one way to ask.
 func (r *Robots) Allowed(u URL, agent string) bool {
-	target := u.Path()
-	if i := strings.IndexByte(u.String, '?'); i >= 0 {
-		target += u.String[i:]
-	}
-	return r.AllowedTarget(target, agent)
+	return r.allowedTarget(u.Target(), agent)
 }
 
-// AllowedTarget says whether agent (a product token such as "spiderpool")
-// may request target: the path and query exactly as the request line
-// sends them, percent-encoded, without the fragment ("" is "/"). The query
-// is part of it: "Disallow: /p?b=" covers "/p?b=1&a=2" and not
-// "/p?a=2&b=1".
-func (r *Robots) AllowedTarget(target, agent string) bool {
+// allowedTarget is Allowed on a request target: the path and query
+// exactly as the request line sends them, percent-encoded, without the
+// fragment ("" is "/").
+func (r *Robots) allowedTarget(target, agent string) bool {
 	switch {
 	case r.status >= 400 && r.status < 500:
 		return true

@@ -395,7 +395,7 @@ func TestRobotsConformance(t *testing.T) {
 	for _, c := range robotsCases() {
 		t.Run(c.test, func(t *testing.T) {
 			r := ParseRobots(200, []byte(c.robots))
-			if got := r.AllowedTarget(requestTarget(c.url), c.agent); got != c.want {
+			if got := r.allowedTarget(requestTarget(c.url), c.agent); got != c.want {
 				t.Errorf("agent %q, URL %.80q: allowed=%v, want %v\nrobots.txt (first 300 bytes):\n%.300s", c.agent, c.url, got, c.want, c.robots)
 			}
 		})

@@ -88,7 +88,7 @@ func FuzzRobotsGarbageLine(f *testing.F) {
 
 		was, is := ParseRobots(200, []byte(body)), ParseRobots(200, []byte(mutated))
 		for _, a := range []string{agent, "spiderpool", "*"} {
-			before, after := was.AllowedTarget(target, a), is.AllowedTarget(target, a)
+			before, after := was.allowedTarget(target, a), is.allowedTarget(target, a)
 			if samePolicy && before != after {
 				t.Fatalf("inserting %q (as %q) turned %q for %q from allowed=%v to %v\nbefore: %q\nafter:  %q",
 					line, effective, target, a, before, after, body, mutated)

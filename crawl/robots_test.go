@@ -140,11 +140,11 @@ func TestRobotsReadsPastBadLines(t *testing.T) {
 	} {
 		r := ParseRobots(200, []byte(tc.body))
 		for _, target := range []string{"/private", "/private/x?y=1"} {
-			if r.AllowedTarget(target, "spiderpool") {
+			if r.allowedTarget(target, "spiderpool") {
 				t.Errorf("%s: %s allowed; the file disallows it:\n%q", tc.name, target, tc.body)
 			}
 		}
-		if !r.AllowedTarget("/public", "spiderpool") {
+		if !r.allowedTarget("/public", "spiderpool") {
 			t.Errorf("%s: /public disallowed; the file allows it:\n%q", tc.name, tc.body)
 		}
 		if d := r.CrawlDelay("spiderpool"); d != 0 {
@@ -153,7 +153,7 @@ func TestRobotsReadsPastBadLines(t *testing.T) {
 	}
 	// A missing colon between two words is read as one, as Google's parser
 	// does: the webmaster's meaning is plain.
-	if r := ParseRobots(200, []byte("User-agent: *\nDisallow /x\n")); r.AllowedTarget("/x/y", "spiderpool") {
+	if r := ParseRobots(200, []byte("User-agent: *\nDisallow /x\n")); r.allowedTarget("/x/y", "spiderpool") {
 		t.Error("Disallow /x (no colon) was not read as Disallow: /x")
 	}
 }
@@ -164,15 +164,15 @@ func TestRobotsAgentIsWholeToken(t *testing.T) {
 	r := ParseRobots(200, []byte("User-agent: spider\nDisallow: /\n\n"+
 		"User-agent: spiderpool2\nDisallow: /\n\n"+
 		"User-agent: *\nDisallow: /private\n"))
-	if !r.AllowedTarget("/page", "spiderpool") || r.AllowedTarget("/private", "spiderpool") {
+	if !r.allowedTarget("/page", "spiderpool") || r.allowedTarget("/private", "spiderpool") {
 		t.Error(`spiderpool must follow the * group, not "spider" or "spiderpool2"`)
 	}
-	if r.AllowedTarget("/page", "spider") || r.AllowedTarget("/page", "Spider") {
+	if r.allowedTarget("/page", "spider") || r.allowedTarget("/page", "Spider") {
 		t.Error(`the "spider" group must apply to spider`)
 	}
 	r = ParseRobots(200, []byte("User-agent: SpiderPool/2.0 (+https://example.org)\nDisallow: /mine\n"+
 		"User-agent: *\nDisallow: /\n"))
-	if r.AllowedTarget("/mine", "spiderpool") || !r.AllowedTarget("/other", "spiderpool") {
+	if r.allowedTarget("/mine", "spiderpool") || !r.allowedTarget("/other", "spiderpool") {
 		t.Error(`"SpiderPool/2.0 (...)" names the token spiderpool; its group must apply`)
 	}
 }
@@ -189,13 +189,20 @@ func TestRobotsQueryAsRequested(t *testing.T) {
 		"/q?sid=abc&x=1": true,
 		"/robots.txt":    true,
 	} {
-		if got := r.AllowedTarget(target, "spiderpool"); got != want {
-			t.Errorf("AllowedTarget(%q) = %v, want %v", target, got, want)
+		if got := r.allowedTarget(target, "spiderpool"); got != want {
+			t.Errorf("allowedTarget(%q) = %v, want %v", target, got, want)
 		}
 	}
-	// Allowed(URL) judges the URL as it serialises.
+	// Allowed(URL), the one entry point callers have, judges the URL as it
+	// is requested (as linked), not in its canonical (sorted) form.
 	if r.Allowed(mustURL(t, "http://h/p?b=1"), "spiderpool") {
 		t.Error("Allowed(http://h/p?b=1) = true under Disallow: /p?b=")
+	}
+	if r.Allowed(mustURL(t, "http://h/p?b=1&a=2"), "spiderpool") {
+		t.Error("Allowed(http://h/p?b=1&a=2) = true under Disallow: /p?b=: it judged the sorted query a=2&b=1")
+	}
+	if !r.Allowed(mustURL(t, "http://h/q?sid=abc&x=1"), "spiderpool") {
+		t.Error("Allowed(http://h/q?sid=abc&x=1) = false: it judged the sorted query x=1&sid=abc against /*&sid=")
 	}
 }
 
@@ -205,11 +212,11 @@ func TestRobotsQueryAsRequested(t *testing.T) {
 func TestRobotsEncoding(t *testing.T) {
 	r := ParseRobots(200, []byte("User-agent: *\nDisallow: /ü\nDisallow: /%e3%83%84\nDisallow: /a b\n"))
 	for _, target := range []string{"/%C3%BC", "/%c3%bcber", "/%E3%83%84", "/%e3%83%84/x", "/a%20b"} {
-		if r.AllowedTarget(target, "spiderpool") {
+		if r.allowedTarget(target, "spiderpool") {
 			t.Errorf("%s allowed; a rule disallows it", target)
 		}
 	}
-	if !r.AllowedTarget("/u", "spiderpool") {
+	if !r.allowedTarget("/u", "spiderpool") {
 		t.Error("/u disallowed")
 	}
 }
@@ -225,7 +232,7 @@ func TestRobotsCutAtSizeLimit(t *testing.T) {
 		t.Fatal("test file is not cut inside the Allow line")
 	}
 	r := ParseRobots(200, []byte(body))
-	if r.AllowedTarget("/private/other", "spiderpool") {
+	if r.allowedTarget("/private/other", "spiderpool") {
 		t.Error("the cut Allow line allowed /private/other")
 	}
 }
