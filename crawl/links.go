@@ -222,7 +222,7 @@ func Extract(body []byte, o ExtractOptions) Page {
 			if !hasAttr {
 				continue
 			}
-			var href, src, rel, metaName, metaContent, srcset, poster, typ, style, background string
+			var href, src, data, rel, metaName, metaContent, srcset, poster, typ, style, background string
 			for {
 				k, v, more := z.TagAttr()
 				switch string(k) {
@@ -240,6 +240,8 @@ func Extract(body []byte, o ExtractOptions) Page {
 					srcset = string(v)
 				case "poster":
 					poster = string(v)
+				case "data":
+					data = string(v)
 				case "type":
 					typ = string(v)
 				case "style":
@@ -256,16 +258,18 @@ func Extract(body []byte, o ExtractOptions) Page {
 				case atom.Img, atom.Source:
 					requisite(src)
 					requisite(Srcset(srcset)...)
-				case atom.Script:
+				case atom.Script, atom.Embed, atom.Audio, atom.Track:
 					requisite(src)
+				case atom.Object:
+					requisite(data)
 				case atom.Input:
 					if strings.EqualFold(strings.TrimSpace(typ), "image") {
 						requisite(src)
 					}
 				case atom.Video:
-					requisite(poster)
+					requisite(src, poster)
 				case atom.Link:
-					if isRequisiteLink(rel) {
+					if isRequisiteLink(rel, typ) {
 						requisite(href)
 					}
 				}

@@ -1,6 +1,7 @@
 package crawl
 
 import (
+	"slices"
 	"strings"
 )
 
@@ -14,13 +15,17 @@ import (
 // prefetch: that is for the next page, often an HTML one).
 var requisiteRels = []string{"stylesheet", "icon", "apple-touch-icon", "preload", "modulepreload"}
 
-// isRequisiteLink says whether a <link rel=...> names a requisite.
-func isRequisiteLink(rel string) bool {
+// openSearch is the type of an OpenSearch description, which a <link
+// rel=search> names as a requisite (wget -p fetches it); a rel=search to
+// an HTML search page is not one.
+const openSearch = "application/opensearchdescription+xml"
+
+// isRequisiteLink says whether a <link rel=... type=...> names a
+// requisite.
+func isRequisiteLink(rel, typ string) bool {
 	for _, t := range strings.Fields(strings.ToLower(rel)) {
-		for _, r := range requisiteRels {
-			if t == r {
-				return true
-			}
+		if slices.Contains(requisiteRels, t) || t == "search" && strings.EqualFold(strings.TrimSpace(typ), openSearch) {
+			return true
 		}
 	}
 	return false

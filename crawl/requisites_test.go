@@ -59,7 +59,7 @@ func TestExtractRequisites(t *testing.T) {
 <a href="/page">page</a><iframe src="/frame.html"></iframe></body></html>`
 	p := Extract([]byte(doc), ExtractOptions{Requisites: true})
 	want := []string{"/s.css", "/favicon.ico", "/f.woff2", "/app.js", "/h1.png", "/bg.gif", "/i.png", "/i-2x.png", "/i-3x.png",
-		"/p.webp", "/p.jpg", "/btn.png", "/poster.jpg", "/div.png"}
+		"/p.webp", "/p.jpg", "/btn.png", "/movie.mp4", "/poster.jpg", "/div.png"}
 	if !slices.Equal(p.Requisites, want) {
 		t.Errorf("requisites\n%q\nwant\n%q", p.Requisites, want)
 	}
@@ -71,6 +71,28 @@ func TestExtractRequisites(t *testing.T) {
 	}
 	if q := Extract([]byte(doc), ExtractOptions{MaxLinks: 3, Requisites: true}); len(q.Requisites) != 3 || !q.Truncated {
 		t.Errorf("capped at 3: %d requisites, truncated %v", len(q.Requisites), q.Truncated)
+	}
+}
+
+// TestExtractEmbeddedRequisites: what wget -p fetches beyond images,
+// stylesheets and scripts is a requisite too: SVGs embedded with <object
+// data> (PostgreSQL's docs), <embed src>, media and their tracks, and an
+// OpenSearch description (Python's docs). A rel=search link to an HTML
+// search page is a link, not a requisite.
+func TestExtractEmbeddedRequisites(t *testing.T) {
+	doc := `<html><head>
+<link rel="search" type="application/opensearchdescription+xml" title="Search" href="/_static/opensearch.xml">
+<link rel="search" href="/search.html">
+</head><body>
+<object type="image/svg+xml" data="/images/gin.svg">fallback</object>
+<embed type="image/svg+xml" src="/images/plan.svg">
+<video src="/movie.mp4" poster="/poster.jpg"><source src="/movie.webm" type="video/webm"><track kind="captions" src="/movie.vtt"></video>
+<audio src="/sound.ogg"></audio>
+</body></html>`
+	p := Extract([]byte(doc), ExtractOptions{Requisites: true})
+	want := []string{"/_static/opensearch.xml", "/images/gin.svg", "/images/plan.svg", "/movie.mp4", "/poster.jpg", "/movie.webm", "/movie.vtt", "/sound.ogg"}
+	if !slices.Equal(p.Requisites, want) {
+		t.Errorf("requisites\n%q\nwant\n%q", p.Requisites, want)
 	}
 }
 
