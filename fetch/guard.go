@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
+	"strconv"
+	"sync"
 	"syscall"
 )
 
@@ -20,15 +23,24 @@ type Guard struct {
 	// Allow lists exceptions that may be reached even when AllowPrivate is
 	// off, such as an intranet range a campaign is meant to crawl.
 	Allow []netip.Prefix
+	// Own are the node's own listen addresses (metrics, bodies, pprof),
+	// refused whatever AllowPrivate and Allow say; an unspecified address
+	// (a listener on every interface) stands for every address of this
+	// machine at its port.
+	Own []netip.AddrPort
 }
 
 // BlockedError is a connection the guard refused.
 type BlockedError struct {
 	Addr   netip.Addr
 	Reason string
+	own    bool // the node's own listener: no flag allows it
 }
 
 func (e *BlockedError) Error() string {
+	if e.own {
+		return fmt.Sprintf("refused to connect to %s: %s; no setting allows a node to fetch from itself", e.Addr, e.Reason)
+	}
 	return fmt.Sprintf("refused to connect to %s: %s address (nodes reach such addresses only with --allow-private-networks or --allow-network)", e.Addr, e.Reason)
 }
 
@@ -96,16 +108,45 @@ func (g Guard) Check(a netip.Addr) error {
 	return &BlockedError{Addr: a, Reason: reason}
 }
 
+// CheckAddrPort is Check for a connection to ap: it also refuses the
+// node's own listeners (Own), whatever the rest of the guard allows.
+func (g Guard) CheckAddrPort(ap netip.AddrPort) error {
+	a := ap.Addr().Unmap()
+	for _, own := range g.Own {
+		o := own.Addr().Unmap()
+		if own.Port() == ap.Port() && (o == a || o.IsUnspecified() && isThisMachine(a)) {
+			return &BlockedError{Addr: a, Reason: "this node's own listener (port " + strconv.Itoa(int(ap.Port())) + ")", own: true}
+		}
+	}
+	return g.Check(a)
+}
+
+// isThisMachine says whether a is one of this machine's addresses: what a
+// listener on every interface answers at.
+func isThisMachine(a netip.Addr) bool {
+	return a.IsLoopback() || a.IsUnspecified() || slices.Contains(interfaceAddrs(), a)
+}
+
+// interfaceAddrs are the machine's interface addresses, read once.
+var interfaceAddrs = sync.OnceValue(func() []netip.Addr {
+	var out []netip.Addr
+	addrs, _ := net.InterfaceAddrs()
+	for _, ia := range addrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if a, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, a.Unmap())
+			}
+		}
+	}
+	return out
+})
+
 // control is a net.Dialer Control hook: it runs after the address is
 // resolved and before connect(2), so a refused address sees no packet.
 func (g Guard) control(_, address string, _ syscall.RawConn) error {
-	host, _, err := net.SplitHostPort(address)
+	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
-		return err
+		return fmt.Errorf("dial %s: not an IP address and port", address)
 	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return fmt.Errorf("dial %s: not an IP address", address)
-	}
-	return g.Check(a)
+	return g.CheckAddrPort(ap)
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -221,5 +223,42 @@ func TestGuardJudgesTheAddressItDials(t *testing.T) {
 	l.Close()
 	if n := accepted.Load(); n != 0 {
 		t.Fatalf("the loopback listener accepted %d connections after the name rebound to it", n)
+	}
+}
+
+// TestGuardRefusesTheNodesOwnListeners: whatever the allow-list or
+// --allow-private-networks say, a fetch never reaches one of the node's
+// own listeners (its metrics, bodies and pprof): not at the address it
+// is bound to, nor, for a listener on every interface, at loopback with
+// its port. Other services on the same addresses stay reachable.
+func TestGuardRefusesTheNodesOwnListeners(t *testing.T) {
+	own, ownAccepted := countingListener(t)
+	defer own.Close()
+	every, err := net.Listen("tcp", ":0") // a listener on every interface
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer every.Close()
+	web := serve(t, func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "ok") })
+	loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	for name, g := range map[string]Guard{
+		"allow-network 127.0.0.0/8": {Allow: loopback},
+		"allow-private-networks":    {AllowPrivate: true},
+	} {
+		g.Own = []netip.AddrPort{own.Addr().(*net.TCPAddr).AddrPort(), every.Addr().(*net.TCPAddr).AddrPort()}
+		f := New(4, g)
+		everyPort := every.Addr().(*net.TCPAddr).Port
+		for _, u := range []string{"http://" + own.Addr().String() + "/metrics", fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/", everyPort)} {
+			if r := f.Get(context.Background(), u, opts()); !errors.Is(r.Err, ErrBlocked) {
+				t.Errorf("%s: fetching the node's own %s: err %v, want refused", name, u, r.Err)
+			}
+		}
+		if r := f.Get(context.Background(), web, opts()); r.Err != nil {
+			t.Errorf("%s: fetching another loopback web %s: %v", name, web, r.Err)
+		}
+	}
+	own.Close()
+	if n := ownAccepted.Load(); n != 0 {
+		t.Fatalf("the node's own listener accepted %d connections", n)
 	}
 }

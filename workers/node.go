@@ -149,10 +149,16 @@ func dialTemporal(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, m *metri
 	return c, nil
 }
 
-func newFetcher(cfg config.Config) (*fetch.Fetcher, error) {
+// newFetcher is the node's fetcher, its guard refusing the node's own
+// listener whatever the allow-list says: a crawl pointed at it would read
+// the node's bodies, batches and profiles.
+func newFetcher(cfg config.Config, hl httpListener) (*fetch.Fetcher, error) {
 	guard, err := cfg.Node.Guard()
 	if err != nil {
 		return nil, err
+	}
+	if hl.l != nil {
+		guard.Own = append(guard.Own, hl.l.Addr().(*net.TCPAddr).AddrPort())
 	}
 	return fetch.New(max(4, cfg.Node.FetchConcurrency/8), guard), nil
 }
