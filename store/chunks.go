@@ -3,7 +3,10 @@ package store
 import (
 	"cmp"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -161,22 +164,42 @@ func decodeChunk(b []byte) ([]chunkPage, error) {
 }
 
 // chunkTokenLen is the length of a body token in a chunk: the chunk's id
-// and the page's, 16 hex digits each, then the chunk's secret (32).
+// and the page's, 16 hex digits each, then the page's secret (32).
 const chunkTokenLen = 16 + 16 + 32
 
+// chunkToken is the body token of page id in chunk: its secret is the
+// page's own (pageSecret), so a token opens its page and no other, and
+// who holds tokens learns nothing of the chunk's secret.
 func chunkToken(chunk, id int64, secret string) string {
+	return fmt.Sprintf("%016x%016x%s", uint64(chunk), uint64(id), pageSecret(secret, id))
+}
+
+// pageSecret is page id's secret in a chunk whose secret is chunkSecret:
+// HMAC-SHA256 keyed by the chunk's secret, over the page id, 32 hex digits.
+func pageSecret(chunkSecret string, id int64) string {
+	m := hmac.New(sha256.New, []byte(chunkSecret))
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(id))
+	m.Write(b[:])
+	return hex.EncodeToString(m.Sum(nil))[:32]
+}
+
+// legacyChunkToken is the token nodes before per-page secrets (v0.11.0)
+// gave: the chunk's own secret. Still accepted, so a processor holding
+// one during a rolling upgrade reads its page; it goes with v0.11.0's
+// support (a node of this release never gives one out).
+func legacyChunkToken(chunk, id int64, secret string) string {
 	return fmt.Sprintf("%016x%016x%s", uint64(chunk), uint64(id), secret)
 }
 
-// chunkTokenParts are the chunk and page a chunk body token names, and
-// the chunk's secret it carries.
-func chunkTokenParts(token string) (chunk, id int64, secret string, ok bool) {
+// chunkTokenChunk is the chunk a chunk body token names.
+func chunkTokenChunk(token string) (chunk int64, ok bool) {
 	if len(token) != chunkTokenLen {
-		return 0, 0, "", false
+		return 0, false
 	}
 	c, err1 := strconv.ParseUint(token[:16], 16, 63)
-	p, err2 := strconv.ParseUint(token[16:32], 16, 63)
-	return int64(c), int64(p), token[32:], err1 == nil && err2 == nil
+	_, err2 := strconv.ParseUint(token[16:32], 16, 63)
+	return int64(c), err1 == nil && err2 == nil
 }
 
 // addChunked keeps p for a chunk of the commit.
@@ -380,14 +403,11 @@ func chunkedPages(ctx context.Context, q pgx.Tx, campaignKey int64, ids, chunks 
 }
 
 // Queries for readChunks: a campaign's chunks by id ($1, $2 the
-// campaign), and chunks by id and secret ($1, $2), the secrets those of
-// body tokens: a token whose secret is wrong reads nothing.
+// campaign), and chunks by id alone ($1), for body tokens, which are
+// checked page by page against their chunk's secret.
 const (
 	chunksOfCampaign = `SELECT id, secret, pages FROM body_chunks WHERE id = ANY($1) AND campaign = $2`
-	chunksBySecret   = `
-		SELECT b.id, b.secret, b.pages
-		FROM (SELECT DISTINCT id, secret FROM unnest($1::bigint[], $2::text[]) AS t(id, secret)) t
-		JOIN body_chunks b ON b.id = t.id AND b.secret = t.secret`
+	chunksByID       = `SELECT id, secret, pages FROM body_chunks WHERE id = ANY($1)`
 )
 
 // querier runs a query: the pool, or a transaction.
@@ -420,22 +440,24 @@ func readChunks(ctx context.Context, q querier, query string, args []any, fn fun
 	return err
 }
 
-// chunkBodies finds the bodies that chunk tokens name, into out.
+// chunkBodies finds the bodies that chunk tokens name, into out: a
+// token reads its page only if its secret is that page's.
 func chunkBodies(ctx context.Context, q querier, tokens []string, out map[string]chunkPage) error {
 	var chunks []int64
-	var secrets []string
 	named := map[string]bool{}
 	for _, t := range tokens {
-		if c, _, secret, ok := chunkTokenParts(t); ok {
-			chunks, secrets, named[t] = append(chunks, c), append(secrets, secret), true
+		if c, ok := chunkTokenChunk(t); ok {
+			chunks, named[t] = append(chunks, c), true
 		}
 	}
 	if len(chunks) == 0 {
 		return nil
 	}
-	return readChunks(ctx, q, chunksBySecret, []any{chunks, secrets}, func(chunk int64, secret string, p *chunkPage) {
-		if t := chunkToken(chunk, p.ID, secret); named[t] {
-			out[t] = *p
+	return readChunks(ctx, q, chunksByID, []any{distinct(chunks)}, func(chunk int64, secret string, p *chunkPage) {
+		for _, t := range []string{chunkToken(chunk, p.ID, secret), legacyChunkToken(chunk, p.ID, secret)} {
+			if named[t] {
+				out[t] = *p
+			}
 		}
 	})
 }

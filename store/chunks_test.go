@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -218,5 +219,35 @@ func TestUnheldChunksAreDropped(t *testing.T) {
 	}
 	if n, err := s.DropUnheldChunks(ctx, key); err != nil || n != 1 || fmt.Sprint(kept()) != fmt.Sprint(chunks[1:]) {
 		t.Errorf("dropped %d (%v), kept %v: want the first dropped, %v kept", n, err, kept(), chunks[1:])
+	}
+}
+
+// TestBodyTokenOpensOnlyItsPage: a body token carries a secret of its own
+// page, not the chunk's: the token of one page with another page's id
+// (of the same chunk) reads nothing, nor does one with its chunk's secret.
+func TestBodyTokenOpensOnlyItsPage(t *testing.T) {
+	s := harness.OpenStore(t)
+	key, pages := chunkedCampaign(t, s)
+	l, err := s.LeaseDeliveries(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: 1<<32 | 1, Held: true}, 2, 0, 1<<20, 100)
+	if err != nil || len(l.Pages) != 2 || l.Pages[0].ID != pages[0] || l.Pages[1].ID != pages[1] {
+		t.Fatalf("lease %+v (%v), want the first two pages", l.Pages, err)
+	}
+	tok := l.Pages[0].Token
+	if body, _, err := s.Body(ctx, tok); err != nil || string(body) != fmt.Sprint("body ", pages[0]) {
+		t.Fatalf("Body(own token) = %q, %v", body, err)
+	}
+	forged := tok[:16] + fmt.Sprintf("%016x", pages[2]) + tok[32:] // same chunk, a page this lease did not give
+	if body, _, err := s.Body(ctx, forged); !errors.Is(err, store.ErrNoBody) {
+		t.Errorf("Body(token with page %d's id) = %q, %v; want ErrNoBody", pages[2], body, err)
+	}
+	if got, err := s.Bodies(ctx, []string{forged}); err != nil || len(got) != 0 {
+		t.Errorf("Bodies(forged) = %d bodies, %v; want none", len(got), err)
+	}
+	var secret string
+	if err := s.Pool().QueryRow(ctx, `SELECT secret FROM body_chunks WHERE campaign = $1 ORDER BY id LIMIT 1`, key).Scan(&secret); err != nil {
+		t.Fatal(err)
+	}
+	if tok[32:] == secret {
+		t.Errorf("the token carries its chunk's secret: it opens every page of the chunk")
 	}
 }

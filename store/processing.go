@@ -1036,7 +1036,7 @@ var ErrNoBody = errors.New("no such body (its pages were all processed, or the t
 
 // Body returns the body a token names, and its content type.
 func (s *Store) Body(ctx context.Context, token string) ([]byte, string, error) {
-	if _, _, _, ok := chunkTokenParts(token); ok {
+	if _, ok := chunkTokenChunk(token); ok {
 		found := map[string]chunkPage{}
 		if err := chunkBodies(ctx, s.pool, []string{token}, found); err != nil {
 			return nil, "", fmt.Errorf("body %s: %w", token, err)
@@ -1077,7 +1077,7 @@ func (s *Store) Bodies(ctx context.Context, tokens []string) (map[string][]byte,
 	var ids []int64
 	var keyed, legacy []string
 	for _, t := range tokens {
-		if _, _, _, ok := chunkTokenParts(t); ok {
+		if _, ok := chunkTokenChunk(t); ok {
 			continue
 		}
 		if id, ok := bodyTokenID(t); ok {
