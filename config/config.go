@@ -75,9 +75,13 @@ type Node struct {
 	AllowPrivateNetworks bool
 	// AllowNetworks are CIDR ranges fetches may reach even so.
 	AllowNetworks []string
-	// MetricsAddr, when set, serves Prometheus /metrics, /healthz and Go's
-	// /debug/pprof there (host:port).
+	// MetricsAddr, when set, serves Prometheus /metrics and /healthz there
+	// (host:port), with the page bodies and batches processors read.
 	MetricsAddr string
+	// PprofAddr, when set, serves Go's /debug/pprof there, on a listener
+	// of its own: off by default (a profile or trace loads the CPU on
+	// request), and on 127.0.0.1 when the address names no host.
+	PprofAddr string
 	// WARCDir, when set, is where the node writes every page it fetches as
 	// WARC/1.1 records (see package archive).
 	WARCDir string
@@ -184,7 +188,8 @@ func (c *Config) NodeFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&n.AllowPrivateNetworks, "allow-private-networks", n.AllowPrivateNetworks,
 		"let fetches reach loopback, private and link-local addresses (env "+EnvAllowPrivate+"; off: refused at dial time)")
 	fs.StringArrayVar(&n.AllowNetworks, "allow-network", n.AllowNetworks, "CIDR range fetches may reach even if private (repeatable)")
-	fs.StringVar(&n.MetricsAddr, "metrics-addr", n.MetricsAddr, "serve Prometheus /metrics, /healthz and /debug/pprof on this host:port")
+	fs.StringVar(&n.MetricsAddr, "metrics-addr", n.MetricsAddr, "serve Prometheus /metrics, /healthz, page bodies and batches on this host:port")
+	fs.StringVar(&n.PprofAddr, "pprof", n.PprofAddr, "serve Go's /debug/pprof on this host:port (a bare :port is 127.0.0.1:port); off when empty")
 	fs.StringVar(&n.WARCDir, "warc-dir", n.WARCDir, "write every fetched page as WARC/1.1 records into this directory")
 	fs.Int64Var(&n.WARCMaxSize, "warc-max-size", n.WARCMaxSize, "bytes at which a WARC file is closed and the next begun")
 	fs.StringVar(&n.OTLPEndpoint, "otlp-endpoint", n.OTLPEndpoint, "send OpenTelemetry traces of workflows and activities to this OTLP/gRPC collector (http://host:4317)")

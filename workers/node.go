@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"os"
 	"slices"
 	"sync"
@@ -157,9 +158,7 @@ func newFetcher(cfg config.Config, hl httpListener) (*fetch.Fetcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	if hl.l != nil {
-		guard.Own = append(guard.Own, hl.l.Addr().(*net.TCPAddr).AddrPort())
-	}
+	guard.Own = append(guard.Own, hl.own()...)
 	return fetch.New(max(4, cfg.Node.FetchConcurrency/8), guard), nil
 }
 
@@ -302,49 +301,84 @@ func searchAttributes(tc client.Client, namespace string) func(context.Context) 
 }
 
 // httpListener is the node's HTTP listener when --metrics-addr is set, and
-// the address others reach it at.
+// the address others reach it at; pprof is its profiling listener, when
+// --pprof is set.
 type httpListener struct {
-	l    net.Listener
-	addr string
+	l     net.Listener
+	addr  string
+	pprof net.Listener
+}
+
+// own are the addresses the node listens on, which its fetches must never
+// reach (fetch.Guard.Own).
+func (hl httpListener) own() []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, l := range []net.Listener{hl.l, hl.pprof} {
+		if l != nil {
+			out = append(out, l.Addr().(*net.TCPAddr).AddrPort())
+		}
+	}
+	return out
 }
 
 func listenHTTP(cfg config.Config) (httpListener, error) {
+	var hl httpListener
+	if a := cfg.Node.PprofAddr; a != "" {
+		if host, port, err := net.SplitHostPort(a); err == nil && host == "" {
+			a = net.JoinHostPort("127.0.0.1", port) // loopback unless a host is named
+		}
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			return hl, fmt.Errorf("--pprof: %w", err)
+		}
+		hl.pprof = l
+	}
 	if cfg.Node.MetricsAddr == "" {
-		return httpListener{}, nil
+		return hl, nil
 	}
 	l, err := net.Listen("tcp", cfg.Node.MetricsAddr)
 	if err != nil {
-		return httpListener{}, fmt.Errorf("--metrics-addr: %w", err)
+		return hl, fmt.Errorf("--metrics-addr: %w", err)
 	}
 	addr := l.Addr().(*net.TCPAddr)
 	reach := addr.String()
 	if addr.IP.IsUnspecified() { // listening on all interfaces: others reach it by name
 		reach = net.JoinHostPort(hostname(), fmt.Sprint(addr.Port))
 	}
-	return httpListener{l: l, addr: reach}, nil
+	hl.l, hl.addr = l, reach
+	return hl, nil
 }
 
 // serveHTTP serves the node's /metrics (crawl and Temporal SDK metrics,
-// Prometheus text format), /healthz, /debug/pprof, and the page bodies
-// processors fetch by reference, when --metrics-addr is set.
+// Prometheus text format), /healthz and the page bodies processors fetch
+// by reference, when --metrics-addr is set; and /debug/pprof on its own
+// listener, only when --pprof is set.
 func serveHTTP(lc fx.Lifecycle, hl httpListener, st *store.Store, log *slog.Logger, m *metrics.Registry) {
-	if hl.l == nil {
-		return
+	if hl.l != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", m.Handler())
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		mux.Handle(activities.BodyPath, activities.BodyHandler(st))
+		mux.Handle(activities.BatchPath, activities.BatchHandler(st))
+		serve(lc, hl.l, mux, log, "/metrics")
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", m.Handler())
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.Handle(activities.BodyPath, activities.BodyHandler(st))
-	mux.Handle(activities.BatchPath, activities.BatchHandler(st))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	if hl.pprof != nil {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		serve(lc, hl.pprof, mux, log, "/debug/pprof/")
+	}
+}
+
+// serve runs an HTTP server on l for the node's life.
+func serve(lc fx.Lifecycle, l net.Listener, h http.Handler, log *slog.Logger, path string) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	lc.Append(fx.Hook{
 		OnStart: func(context.Context) error {
-			go srv.Serve(hl.l) //nolint:errcheck // ends with Shutdown
-			log.Info("serving metrics", "url", "http://"+hl.l.Addr().String()+"/metrics")
+			go srv.Serve(l) //nolint:errcheck // ends with Shutdown
+			log.Info("serving", "url", "http://"+l.Addr().String()+path)
 			return nil
 		},
 		OnStop: srv.Shutdown,
