@@ -3,6 +3,8 @@ package activities
 import (
 	"context"
 
+	"go.temporal.io/sdk/activity"
+
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/crawl"
 	"github.com/spiderpool/spiderpool/store"
@@ -27,6 +29,11 @@ func (c *Control) AddURLs(ctx context.Context, req campaign.AddURLsActivityReque
 	if err != nil {
 		return res, err
 	}
+	request := req.RequestID
+	if request == "" { // a run from before request IDs: the activity's own identity, the same for each attempt
+		info := activity.GetInfo(ctx)
+		request = info.WorkflowExecution.RunID + "/" + info.ActivityID
+	}
 	var urls []store.NewURL
 	first := map[uint64]int{} // fingerprint -> index of its first mention
 	for i, raw := range req.URLs {
@@ -48,7 +55,7 @@ func (c *Control) AddURLs(ctx context.Context, req campaign.AddURLsActivityReque
 			first[u.Fingerprint()] = i
 			urls = append(urls, store.NewURL{
 				Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: u.AsLinked,
-				ShardKey: crawl.ShardKey(u, shardBy), Priority: int16(priorities.Of(u.String, 0)),
+				ShardKey: crawl.ShardKey(u, shardBy), Priority: int16(priorities.Of(u.String, 0)), AddedBy: request,
 			})
 		}
 		res.URLs = append(res.URLs, out)

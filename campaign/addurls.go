@@ -76,4 +76,9 @@ type AddURLsActivityRequest struct {
 	CampaignID  string   `json:"campaign_id"`
 	URLs        []string `json:"urls"`
 	Priority    int      `json:"priority,omitempty"`
+	// RequestID names the update (its run and update ID): the URLs it
+	// stored count as new when the activity runs again after its insert
+	// committed. Empty (a run from before it), the activity's own run and
+	// ID stand for it.
+	RequestID string `json:"request_id,omitempty"`
 }

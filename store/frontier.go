@@ -46,6 +46,9 @@ type NewURL struct {
 	// Priority orders the URL among its host's pending ones, higher first
 	// (see campaign.PriorityRule).
 	Priority int16
+	// AddedBy names the add_urls request that stores the URL: InsertURLsNew
+	// counts as new the rows the same request stored before (a retry).
+	AddedBy string
 }
 
 // foundAs is the found_as column: NULL unless the URL as linked differs
@@ -98,6 +101,9 @@ func (s *Store) InsertURLsNew(ctx context.Context, campaignKey int64, urls []New
 	if len(inserted) == len(urls) {
 		return inserted, nil // all new: none known to lower
 	}
+	if err := s.storedByTheSameRequest(ctx, campaignKey, urls, inserted); err != nil {
+		return nil, err
+	}
 	// Only the links to URLs already known can lower a depth. A retry of
 	// its own, so that one does not run the insert again and count its
 	// rows as known.
@@ -106,6 +112,31 @@ func (s *Store) InsertURLsNew(ctx context.Context, campaignKey int64, urls []New
 		return nil, fmt.Errorf("lower the depth of known URLs for campaign %d: %w", campaignKey, err)
 	}
 	return inserted, nil
+}
+
+// storedByTheSameRequest adds to inserted the URLs not inserted now that
+// the add_urls request naming them (NewURL.AddedBy) stored before: an
+// earlier attempt of the same request, whose insert committed.
+func (s *Store) storedByTheSameRequest(ctx context.Context, campaignKey int64, urls []NewURL, inserted map[int64]bool) error {
+	byRequest := map[string][]int64{}
+	for _, u := range urls {
+		if fp := int64(u.Fingerprint); u.AddedBy != "" && !inserted[fp] {
+			byRequest[u.AddedBy] = append(byRequest[u.AddedBy], fp)
+		}
+	}
+	for request, fps := range byRequest {
+		rows, err := s.pool.Query(ctx, `
+			SELECT fingerprint FROM frontier WHERE campaign = $1 AND fingerprint = ANY($2) AND added_by = $3`,
+			campaignKey, fps, request)
+		if err != nil {
+			return fmt.Errorf("URLs stored by request %s: %w", request, err)
+		}
+		var fp int64
+		if _, err := pgx.ForEachRow(rows, []any{&fp}, func() error { inserted[fp] = true; return nil }); err != nil {
+			return fmt.Errorf("URLs stored by request %s: %w", request, err)
+		}
+	}
+	return nil
 }
 
 // oneLinkPerURL keeps the link to each URL that InsertURLs should take:
@@ -177,8 +208,12 @@ func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL
 	excluded := make([]*string, len(urls))
 	kind := make([]string, len(urls))
 	priority := make([]int16, len(urls))
+	addedBy := make([]*string, len(urls))
 	for i, u := range urls {
 		kind[i], priority[i] = u.kind(), u.Priority
+		if u.AddedBy != "" {
+			addedBy[i] = &urls[i].AddedBy
+		}
 		if u.ExcludedBecause != "" {
 			excluded[i] = &urls[i].ExcludedBecause
 		}
@@ -192,18 +227,18 @@ func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL
 	}
 	rows, err := s.pool.Query(ctx, `
 		INSERT INTO frontier (campaign, fingerprint, url, found_as, host_id, shard_key, depth, redirects, parent_id,
-		                      state, last_error, finished_at, kind, priority)
+		                      state, last_error, finished_at, kind, priority, added_by)
 		SELECT $1, l.fp, l.url, l.found, h.id, l.key, l.depth, l.redirects, l.parent,
 		       CASE WHEN l.excluded IS NULL THEN 'pending' ELSE 'excluded' END::url_state, l.excluded,
-		       CASE WHEN l.excluded IS NOT NULL THEN now() END, l.kind, l.priority
+		       CASE WHEN l.excluded IS NOT NULL THEN now() END, l.kind, l.priority, l.added_by
 		FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[], $8::bigint[], $9::text[], $10::text[],
-		            $11::smallint[])
-		     WITH ORDINALITY AS l(fp, url, found, key, depth, redirects, parent, excluded, kind, priority, ord)
+		            $11::smallint[], $12::text[])
+		     WITH ORDINALITY AS l(fp, url, found, key, depth, redirects, parent, excluded, kind, priority, added_by, ord)
 		JOIN hosts h ON h.campaign = $1 AND h.shard_key = l.key
 		ORDER BY l.ord
 		ON CONFLICT (campaign, fingerprint) DO NOTHING
 		RETURNING fingerprint`,
-		campaignKey, fps, canon, found, shard, depth, redirects, parent, excluded, kind, priority)
+		campaignKey, fps, canon, found, shard, depth, redirects, parent, excluded, kind, priority, addedBy)
 	if err != nil {
 		return nil, fmt.Errorf("add URLs: %w", err)
 	}

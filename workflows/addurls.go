@@ -43,7 +43,8 @@ func (d *dispatcher) registerAddURLs() error {
 		}
 		var res campaign.AddURLsResult
 		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, d.controlOptions()), campaign.AddURLsActivity,
-			campaign.AddURLsActivityRequest{CampaignKey: d.key, CampaignID: d.id, URLs: r.URLs, Priority: r.Priority}).Get(ctx, &res)
+			campaign.AddURLsActivityRequest{CampaignKey: d.key, CampaignID: d.id, URLs: r.URLs, Priority: r.Priority,
+				RequestID: workflow.GetInfo(ctx).WorkflowExecution.RunID + "/" + workflow.GetCurrentUpdateInfo(ctx).ID}).Get(ctx, &res)
 		if err != nil {
 			return res, fmt.Errorf("add %d URLs: %w", len(r.URLs), err)
 		}
