@@ -253,14 +253,36 @@ type politeSite struct {
 	times  []time.Time
 	robots int
 	agents map[string]int
+	asked  map[string]int // by user agent and path
+}
+
+// agent is how many requests came from user agent a.
+func (p *politeSite) agent(a string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.agents[a]
+}
+
+// twice lists the user agent and path pairs asked more than once.
+func (p *politeSite) twice() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for k, n := range p.asked {
+		if n > 1 {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func newPoliteSite(t *testing.T) *politeSite {
-	p := &politeSite{agents: map[string]int{}}
+	p := &politeSite{agents: map[string]int{}, asked: map[string]int{}}
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
 		p.times = append(p.times, time.Now())
 		p.agents[r.UserAgent()]++
+		p.asked[r.UserAgent()+" "+r.URL.Path]++
 		if r.URL.Path == "/robots.txt" {
 			p.robots++
 		}

@@ -35,6 +35,23 @@ type hostTable struct {
 // dead node keeps its hosts from the others.
 const defaultClaimTTL = 10 * time.Second
 
+// A claim is used only while fresh: renewed (or granted) less than
+// claimTTL - claimTTL/claimMarginDiv ago, counted from before the call that
+// renewed it, so a node cut off from Postgres stops fetching a host before
+// its claim can lapse there and another node take the host. A renewal
+// gives up after claimTTL/renewTimeoutDiv, below the renew interval (a
+// third of the TTL), so a blocked one never holds up the next.
+const (
+	claimMarginDiv  = 5
+	renewTimeoutDiv = 4
+)
+
+// freshLocked says whether the claim may still be used at now.
+func (h *host) freshLocked(now time.Time) bool {
+	ttl := h.t.claimTTL
+	return h.claimed && now.Sub(h.renewed) < ttl-ttl/claimMarginDiv
+}
+
 func newHostTable(holder string, st *store.Store, log *slog.Logger) *hostTable {
 	return &hostTable{holder: holder, st: st, log: log, claimTTL: defaultClaimTTL, hosts: map[string]*host{}}
 }
@@ -108,14 +125,17 @@ func (t *hostTable) renewAll(ctx context.Context) {
 	if len(held) == 0 {
 		return
 	}
-	still, wanted, err := t.st.RenewHosts(ctx, t.holder, t.claimTTL, held)
+	asked := time.Now() // the claims run from no earlier than this
+	rctx, cancel := context.WithTimeout(ctx, t.claimTTL/renewTimeoutDiv)
+	still, wanted, err := t.st.RenewHosts(rctx, t.holder, t.claimTTL, held)
+	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			t.log.Warn("renew host claims", "hosts", len(held), "error", err)
+			t.log.Warn("renew host claims; their hosts stop before the claims can lapse if this persists", "hosts", len(held), "error", err)
 		}
-		return // keep going on the claims we have; they lapse if this persists
+		return
 	}
-	now := time.Now()
+	now := asked
 	var yield []*host
 	for key, h := range byKey {
 		h.mu.Lock()
@@ -428,7 +448,11 @@ func (h *host) pace(ctx context.Context, stop <-chan struct{}, take func() bool,
 			give()
 			continue
 		}
-		if !h.claimed {
+		if !h.freshLocked(now) {
+			// Not renewed for too long (Postgres out of reach): the claim
+			// may lapse before this request ends, and another node take
+			// the host. Claim it again first.
+			h.claimed = false
 			h.mu.Unlock()
 			give()
 			return turnLost
@@ -505,11 +529,12 @@ func (h *host) claim(ctx context.Context, stop <-chan struct{}) bool {
 			c   store.HostClaim
 			err error
 		)
-		if time.Now().After(yieldTill) {
+		asked := time.Now()
+		if asked.After(yieldTill) {
 			c, err = h.t.st.ClaimHost(ctx, h.key, h.t.holder, h.t.claimTTL)
 		}
 		if err == nil && c.Granted {
-			h.granted(ctx, c)
+			h.granted(ctx, c, asked)
 			h.claimMu.Unlock()
 			return true
 		}
@@ -526,9 +551,10 @@ func (h *host) claim(ctx context.Context, stop <-chan struct{}) bool {
 	}
 }
 
-// granted takes a claim up: the host's pace as its last holder left it,
-// and the strictest policy of the campaigns crawling it now.
-func (h *host) granted(ctx context.Context, c store.HostClaim) {
+// granted takes a claim up, asked for at asked: the host's pace as its
+// last holder left it, and the strictest policy of the campaigns crawling
+// it now.
+func (h *host) granted(ctx context.Context, c store.HostClaim, asked time.Time) {
 	policies, err := h.t.st.HostPolicies(ctx, []string{h.key})
 	if err != nil {
 		h.t.log.Warn("read host policy", "host", h.key, "error", err)
@@ -536,7 +562,7 @@ func (h *host) granted(ctx context.Context, c store.HostClaim) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := time.Now()
-	h.claimed, h.claimedAt, h.renewed, h.wanted = true, now, now, false
+	h.claimed, h.claimedAt, h.renewed, h.wanted = true, now, asked, false
 	if at := now.Add(c.Wait); at.After(h.next) {
 		h.next = at
 	}
@@ -562,16 +588,19 @@ func (h *host) renew(ctx context.Context) bool {
 	}
 	held := h.heldLocked()
 	h.mu.Unlock()
-	still, wanted, err := h.t.st.RenewHosts(ctx, h.t.holder, h.t.claimTTL, []store.HeldHost{held})
-	if err != nil {
-		h.t.log.Warn("renew host claim", "host", h.key, "error", err)
-		return true // keep going on the claim we have; it lapses if this persists
-	}
+	asked := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, h.t.claimTTL/renewTimeoutDiv)
+	still, wanted, err := h.t.st.RenewHosts(rctx, h.t.holder, h.t.claimTTL, []store.HeldHost{held})
+	cancel()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if err != nil {
+		h.t.log.Warn("renew host claim", "host", h.key, "error", err)
+		return h.freshLocked(time.Now()) // go on while the claim we have is fresh
+	}
 	h.claimed = still[h.key]
 	if h.claimed {
-		h.renewed, h.wanted = time.Now(), wanted[h.key]
+		h.renewed, h.wanted = asked, wanted[h.key]
 	}
 	return h.claimed
 }
