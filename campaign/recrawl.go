@@ -14,7 +14,8 @@ import "time"
 //     an unchanged fetch the interval grows by 40%, after a change it
 //     shrinks by 20%, within MinInterval..MaxInterval); one not due is
 //     recorded "not due" without a request, and its links followed again;
-//   - a URL that answers 404 or 410 is recorded as gone.
+//   - a URL that answers 404 or 410 is recorded as gone, and is due at the
+//     next run (its old links are never followed as not due).
 //
 // `spiderpool campaign schedule create` sets Series to the schedule's ID.
 type Recrawl struct {

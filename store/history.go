@@ -22,11 +22,13 @@ type URLHistory struct {
 	SitemapLastMod time.Time
 }
 
-// Due says whether a URL seen before is due for a revisit at now: its
-// interval has passed since it was last fetched, or a sitemap says it
-// changed after that.
+// Due says whether a URL seen before is due for a revisit at now: it was
+// gone (404, 410) when last asked, its interval has passed since it was
+// last fetched, or a sitemap says it changed after that. A gone URL is
+// never skipped as not due: that would follow the links of a version the
+// site no longer has.
 func (h *URLHistory) Due(now time.Time) bool {
-	return h.LastFetched.IsZero() || !now.Before(h.LastFetched.Add(h.Interval)) || h.SitemapLastMod.After(h.LastFetched)
+	return h.Gone || h.LastFetched.IsZero() || !now.Before(h.LastFetched.Add(h.Interval)) || h.SitemapLastMod.After(h.LastFetched)
 }
 
 // History reads what a series saw of the URLs with these fingerprints;

@@ -14,8 +14,8 @@ import (
 // series. Its first version sets first seen; the same digest again is no
 // change and lengthens the interval by 40% (from at least min); a 304
 // keeps the validators, digest and links; a new digest is a change, and
-// shortens the interval by 20%; a 410 marks it gone, and a version after
-// that revives it.
+// shortens the interval by 20%; a 410 marks it gone (due at the next
+// run), and a version after that revives it.
 func TestHistoryFollowsVersions(t *testing.T) {
 	s := harness.OpenStore(t)
 	series := t.Name()
@@ -68,6 +68,11 @@ func TestHistoryFollowsVersions(t *testing.T) {
 	}
 	h = visit(store.Visit{Kind: store.VisitGone, Status: 410}, 6)
 	check("gone", h, `"2"`, "d2", 1, 5645*time.Second, true)
+	// A gone URL is due at the next run, whatever its interval: its old
+	// links are not fed to the crawl for up to max_interval.
+	if !h.Due(t0.Add(6*time.Hour + time.Minute)) {
+		t.Errorf("gone at 6h: not due at 6h01m; a gone URL is due at the next run")
+	}
 	h = visit(store.Visit{Kind: store.VisitFetched, Status: 200, ETag: `"3"`, Digest: "d2"}, 7)
 	check("back, same digest", h, `"3"`, "d2", 1, 7903*time.Second, false)
 	for i, d := range []string{"d3", "d4", "d5", "d6"} {

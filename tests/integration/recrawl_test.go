@@ -127,7 +127,7 @@ func TestScheduledRecrawlDownloadsOnlyWhatChanged(t *testing.T) {
 	// (each was fetched minutes ago, and its interval is now at least
 	// recrawl.min_interval): none is requested, yet the crawl still walks
 	// the whole site, following the links each page had last time. The
-	// removed pages, whose interval a 410 leaves at 0, are asked again.
+	// removed pages, gone, are due at every run and asked again.
 	web.Reset()
 	third := runScheduled(t, s, schedules, id, 3)
 	run3 := web.Served()
