@@ -263,7 +263,7 @@ func (s *Store) ReleaseDeliveries(ctx context.Context, campaignKey int64, proces
 			n = 0
 			return err
 		}
-		n, err = releaseOtherRuns(ctx, tx, campaignKey, processor, keepRun)
+		n, err = releaseOtherRuns(ctx, tx, campaignKey, processor, keepRun, keepRun)
 		return err
 	})
 	if err != nil {
@@ -315,28 +315,29 @@ func liveRun(ctx context.Context, tx pgx.Tx, campaignKey, run int64) (bool, erro
 }
 
 // endedRun says whether a lease's run has ended: a later run's reset has
-// replaced it (see liveRun). It takes the campaign's run lock shared, to
-// the end of the lease.
-func endedRun(ctx context.Context, tx pgx.Tx, l Lease) (bool, error) {
+// replaced it (see liveRun); and which run is live (0 if none has reset).
+// It takes the campaign's run lock shared, to the end of the lease.
+func endedRun(ctx context.Context, tx pgx.Tx, l Lease) (ended bool, live int64, err error) {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock_shared`+runLockSQL, l.CampaignKey); err != nil {
-		return false, err
+		return false, 0, err
 	}
-	var ended bool
-	err := tx.QueryRow(ctx, `SELECT $2 = ANY(ended) FROM processor_runs WHERE campaign = $1`,
-		l.CampaignKey, campaign.LeaseRun(l.ID)).Scan(&ended)
+	err = tx.QueryRow(ctx, `SELECT $2 = ANY(ended), run FROM processor_runs WHERE campaign = $1`,
+		l.CampaignKey, campaign.LeaseRun(l.ID)).Scan(&ended, &live)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
+		return false, 0, nil
 	}
-	return ended, err
+	return ended, live, err
 }
 
 // releaseOtherRuns returns to pending what leases of runs other than
-// keepRun hold, and says how many pages.
-func releaseOtherRuns(ctx context.Context, tx pgx.Tx, campaignKey int64, processor string, keepRun int64) (int, error) {
+// keepRun and liveRun hold, and says how many pages. The live run's
+// batches are in flight, whoever asks: a run that never reset (its lease
+// come late) must not take them back.
+func releaseOtherRuns(ctx context.Context, tx pgx.Tx, campaignKey int64, processor string, keepRun, liveRun int64) (int, error) {
 	tag, err := tx.Exec(ctx, `
 		UPDATE deliveries SET state = 'pending'
-		WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND (lease IS NULL OR lease >> 32 <> $3)`,
-		campaignKey, processor, keepRun)
+		WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND (lease IS NULL OR lease >> 32 NOT IN ($3, $4))`,
+		campaignKey, processor, keepRun, liveRun)
 	if err != nil {
 		return 0, err
 	}
@@ -344,7 +345,7 @@ func releaseOtherRuns(ctx context.Context, tx pgx.Tx, campaignKey int64, process
 	// rows, or into their chunks' (merged with what those still have).
 	held, err := tx.Query(ctx, `
 		WITH gone AS (
-			DELETE FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease >> 32 <> $3
+			DELETE FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease >> 32 NOT IN ($3, $4)
 			RETURNING ids, chunks
 		), rows AS (
 			INSERT INTO deliveries (campaign, processor, url_id)
@@ -359,7 +360,7 @@ func releaseOtherRuns(ctx context.Context, tx pgx.Tx, campaignKey int64, process
 			ON CONFLICT (campaign, processor, chunk) DO UPDATE
 			SET ids = ARRAY(SELECT DISTINCT x FROM unnest(d.ids || excluded.ids) x ORDER BY x)
 		)
-		SELECT (SELECT count(*) FROM rows) + (SELECT count(*) FROM pages)`, campaignKey, processor, keepRun)
+		SELECT (SELECT count(*) FROM rows) + (SELECT count(*) FROM pages)`, campaignKey, processor, keepRun, liveRun)
 	if err != nil {
 		return 0, err
 	}
@@ -511,9 +512,10 @@ const leasedIDsSQL = `
 // made before it; this is for the rest: a batch of the run's own that
 // leased before the run's reset did (or while it failed), and leases by
 // nodes not yet upgraded, which lease for an ended run as before. Their
-// pages would wait for nobody while the processor looked dry.
+// pages would wait for nobody while the processor looked dry. It never
+// takes back the live run's batches (see releaseOtherRuns).
 func leaseOrReclaim(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids, chunks []int64, token string, err error) {
-	ended, err := endedRun(ctx, tx, l)
+	ended, live, err := endedRun(ctx, tx, l)
 	if err != nil || ended {
 		return nil, nil, "", err
 	}
@@ -521,7 +523,7 @@ func leaseOrReclaim(ctx context.Context, tx pgx.Tx, l Lease, max int) (ids, chun
 	if err != nil || len(ids) > 0 {
 		return ids, chunks, token, err
 	}
-	switch n, err := releaseOtherRuns(ctx, tx, l.CampaignKey, l.Processor, campaign.LeaseRun(l.ID)); {
+	switch n, err := releaseOtherRuns(ctx, tx, l.CampaignKey, l.Processor, campaign.LeaseRun(l.ID), live); {
 	case err != nil:
 		return nil, nil, "", err
 	case n == 0:

@@ -92,12 +92,12 @@ func testResetReleasesOnlyOtherRunsLeases(t *testing.T, held bool) {
 }
 
 // TestEndedRunsLeaseNothing: a lease that finds nothing pending takes
-// back what other runs' batches hold, even before its own run's reset
-// (a run's batches start side by side, and the first carries the reset).
-// Once the reset has made a run live, a lease of the run before (its
-// ProcessBatch child, terminated at continue-as-new in the middle of its
-// lease) takes nothing, a late reset of that run releases nothing, and
-// that run's batch stores nothing.
+// back what ended runs' batches hold, even before its own run's reset
+// (a run's batches start side by side, and the first carries the reset),
+// but never the live run's. Once the reset has made a run live, a lease
+// of the run before (its ProcessBatch child, terminated at continue-as-new
+// in the middle of its lease) takes nothing, a late reset of that run
+// releases nothing, and that run's batch stores nothing.
 func TestEndedRunsLeaseNothing(t *testing.T) {
 	bothLeaseKinds(t, testEndedRunsLeaseNothing)
 }
@@ -121,11 +121,19 @@ func testEndedRunsLeaseNothing(t *testing.T, held bool) {
 	if early := append(lease(newRun, 2), lease(newRun, 3)...); len(old) != 3 || len(early) != 6 {
 		t.Fatalf("the old run leased %v, the new run before its reset %v: want 3 and the other 6", old, early)
 	}
-	if got := lease(newRun, 4); fmt.Sprint(got) != fmt.Sprint(old) {
-		t.Errorf("the new run's lease with nothing pending, before its reset, took %v, want the old run's %v", got, old)
+	// The old run is still the live one: its batches are in flight, and no
+	// lease takes them back (a run older than the live one, never reset,
+	// would take a live run's batches so; see
+	// TestLateLeaseNeverReclaimsTheLiveRunsBatches). The new run's reset
+	// returns them.
+	if got := lease(newRun, 4); len(got) != 0 {
+		t.Errorf("the new run's lease with nothing pending, before its reset, took %v, want none of the live run's", got)
 	}
-	if n := reset(newRun); n != 0 {
-		t.Errorf("the new run's reset released %d pages, want none: its own batches hold them all", n)
+	if n := reset(newRun); n != len(old) {
+		t.Errorf("the new run's reset released %d pages, want the old run's %d", n, len(old))
+	}
+	if got := lease(newRun, 4); fmt.Sprint(got) != fmt.Sprint(old) {
+		t.Errorf("the new run's lease after its reset took %v, want the old run's %v", got, old)
 	}
 	if got := lease(oldRun, 2); len(got) != 0 {
 		t.Errorf("a lease of the ended run took %v, want nothing", got)
@@ -145,6 +153,38 @@ func testEndedRunsLeaseNothing(t *testing.T, held bool) {
 	}
 	if n, err := s.StoreProcessed(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: oldRun<<32 | 1, Held: held}, results); err != nil || n != 0 {
 		t.Errorf("the ended run's batch stored %d pages (%v), want none: the live run has them", n, err)
+	}
+}
+
+// TestLateLeaseNeverReclaimsTheLiveRunsBatches: a lease of a run that is
+// neither live nor ended (an earlier run that never reset, its lease come
+// late), finding nothing pending, takes back nothing the live run's
+// batches hold: they are in flight, not stranded.
+func TestLateLeaseNeverReclaimsTheLiveRunsBatches(t *testing.T) {
+	bothLeaseKinds(t, testLateLeaseNeverReclaimsTheLiveRunsBatches)
+}
+
+func testLateLeaseNeverReclaimsTheLiveRunsBatches(t *testing.T, held bool) {
+	s := harness.OpenStore(t)
+	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 9)
+	queueForProcessor(t, s, key)
+	const firstRun, lateRun, liveRun = int64(7), int64(8), int64(9)
+	lease := runLeases(t, s, key, held)
+	if _, err := s.ReleaseDeliveries(ctx, key, "p", firstRun); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReleaseDeliveries(ctx, key, "p", liveRun); err != nil { // run 9 live, run 7 ended; run 8 never reset
+		t.Fatal(err)
+	}
+	live := append(append(lease(liveRun, 1), lease(liveRun, 2)...), lease(liveRun, 3)...)
+	if len(live) != 9 {
+		t.Fatalf("the live run leased %v, want all 9 pages", live)
+	}
+	if got := lease(lateRun, 1); len(got) != 0 {
+		t.Errorf("a late lease of run 8 took %v: the live run's batches, in flight", got)
+	}
+	if again := lease(liveRun, 1); fmt.Sprint(again) != fmt.Sprint(live[:3]) {
+		t.Errorf("the live run's first batch asked again holds %v, want %v", again, live[:3])
 	}
 }
 
