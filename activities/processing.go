@@ -49,6 +49,15 @@ func (c *Control) LeaseDeliveries(ctx context.Context, req campaign.DeliveryLeas
 			return campaign.DeliveryLease{}, err
 		}
 	}
+	if len(req.Release) > 0 {
+		n, err := c.Store.ReleaseChildLeases(ctx, req.CampaignKey, p.Name, req.Release)
+		if err != nil {
+			return campaign.DeliveryLease{}, err
+		}
+		if n > 0 {
+			c.Log.Info("pages of failed processor batches back to pending", "campaign", req.CampaignID, "processor", p.Name, "pages", n)
+		}
+	}
 	// The nodes' body endpoints, read only when needed: before the lease
 	// for a processor that takes every body by reference (without a node
 	// serving bodies, they go inline), else for a body too large to.

@@ -460,6 +460,10 @@ type DeliveryLeaseRequest struct {
 	// lease's hold: they were leased by a run that has ended, and the
 	// batch carrying them may never come back.
 	Reset bool `json:"reset,omitempty"`
+	// Release first returns to pending the pages that the batches of
+	// ProcessBatch children of the run that failed or were terminated
+	// hold, each child named by its first lease: nobody will store them.
+	Release []int64 `json:"release,omitempty"`
 	// ByReference asks for a batch by reference only (Processor.Batch):
 	// when no node serves batches the answer is Unserved, and nothing is
 	// leased.

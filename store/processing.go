@@ -334,10 +334,39 @@ func endedRun(ctx context.Context, tx pgx.Tx, l Lease) (ended bool, live int64, 
 // batches are in flight, whoever asks: a run that never reset (its lease
 // come late) must not take them back.
 func releaseOtherRuns(ctx context.Context, tx pgx.Tx, campaignKey int64, processor string, keepRun, liveRun int64) (int, error) {
+	return releaseLeases(ctx, tx, campaignKey, processor, `(lease IS NULL OR lease >> 32 NOT IN ($3, $4))`, keepRun, liveRun)
+}
+
+// ReleaseChildLeases returns to pending what the batches of ProcessBatch
+// children that failed or were terminated hold (children names each by
+// its first lease: a child's leases share all but their low 8 bits, see
+// campaign.DeliveryLeaseRequest.Lease), and says how many pages. Nothing
+// else will store those batches.
+func (s *Store) ReleaseChildLeases(ctx context.Context, campaignKey int64, processor string, children []int64) (int, error) {
+	prefixes := make([]int64, len(children))
+	for i, c := range children {
+		prefixes[i] = c >> 8
+	}
+	var n int
+	err := s.retryTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		n, err = releaseLeases(ctx, tx, campaignKey, processor, `lease >> 8 = ANY($3)`, prefixes)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("release the batches of failed children of campaign %d's processor %s: %w", campaignKey, processor, err)
+	}
+	return n, nil
+}
+
+// releaseLeases returns to pending what the leases that which picks ($3
+// on: args) hold, marked or held by their batches, and says how many
+// pages.
+func releaseLeases(ctx context.Context, tx pgx.Tx, campaignKey int64, processor, which string, args ...any) (int, error) {
+	all := append([]any{campaignKey, processor}, args...)
 	tag, err := tx.Exec(ctx, `
 		UPDATE deliveries SET state = 'pending'
-		WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND (lease IS NULL OR lease >> 32 NOT IN ($3, $4))`,
-		campaignKey, processor, keepRun, liveRun)
+		WHERE campaign = $1 AND processor = $2 AND state = 'leased' AND `+which, all...)
 	if err != nil {
 		return 0, err
 	}
@@ -345,7 +374,7 @@ func releaseOtherRuns(ctx context.Context, tx pgx.Tx, campaignKey int64, process
 	// rows, or into their chunks' (merged with what those still have).
 	held, err := tx.Query(ctx, `
 		WITH gone AS (
-			DELETE FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND lease >> 32 NOT IN ($3, $4)
+			DELETE FROM delivery_batches WHERE campaign = $1 AND processor = $2 AND `+which+`
 			RETURNING ids, chunks
 		), rows AS (
 			INSERT INTO deliveries (campaign, processor, url_id)
@@ -360,7 +389,7 @@ func releaseOtherRuns(ctx context.Context, tx pgx.Tx, campaignKey int64, process
 			ON CONFLICT (campaign, processor, chunk) DO UPDATE
 			SET ids = ARRAY(SELECT DISTINCT x FROM unnest(d.ids || excluded.ids) x ORDER BY x)
 		)
-		SELECT (SELECT count(*) FROM rows) + (SELECT count(*) FROM pages)`, campaignKey, processor, keepRun, liveRun)
+		SELECT (SELECT count(*) FROM rows) + (SELECT count(*) FROM pages)`, all...)
 	if err != nil {
 		return 0, err
 	}

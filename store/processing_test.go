@@ -188,6 +188,39 @@ func testLateLeaseNeverReclaimsTheLiveRunsBatches(t *testing.T, held bool) {
 	}
 }
 
+// TestFailedChildsBatchesGoBack: the batches of a ProcessBatch child that
+// failed or was terminated (all its leases, told apart by their low 8
+// bits) return to pending; a live child's stay where they are.
+func TestFailedChildsBatchesGoBack(t *testing.T) {
+	bothLeaseKinds(t, testFailedChildsBatchesGoBack)
+}
+
+func testFailedChildsBatchesGoBack(t *testing.T, held bool) {
+	s := harness.OpenStore(t)
+	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 9)
+	queueForProcessor(t, s, key)
+	const run = int64(9)
+	if _, err := s.ReleaseDeliveries(ctx, key, "p", run); err != nil {
+		t.Fatal(err)
+	}
+	lease := runLeases(t, s, key, held)
+	failed := append(lease(run, 1<<8|0), lease(run, 1<<8|1)...) // child 1: two batches
+	live := lease(run, 2<<8|0)                                  // child 2
+	if len(failed) != 6 || len(live) != 3 {
+		t.Fatalf("children leased %v and %v, want 6 and 3", failed, live)
+	}
+	n, err := s.ReleaseChildLeases(ctx, key, "p", []int64{run<<32 | 1<<8})
+	if err != nil || n != 6 {
+		t.Fatalf("released %d pages (%v), want child 1's 6", n, err)
+	}
+	if again := lease(run, 3<<8); fmt.Sprint(again) != fmt.Sprint(failed[:3]) {
+		t.Errorf("the next child leased %v, want the failed child's first pages %v", again, failed[:3])
+	}
+	if kept := lease(run, 2<<8|0); fmt.Sprint(kept) != fmt.Sprint(live) {
+		t.Errorf("the live child's batch holds %v, want %v", kept, live)
+	}
+}
+
 // TestResetWaitsForTheLeaseUnderWay: a lease under way when the next run
 // resets (the ended run's batch, cut off at continue-as-new in the middle
 // of its lease) commits first, and the reset returns what it took.

@@ -194,14 +194,16 @@ type dispatcher struct {
 	procs          []*processor
 	frontierLeases int64
 	leaseRun       int64
-	// batchesInRun, leaseHeld, lingerToEnd, waitBeside, startByWaiting
-	// and bodyChunks: see processorsChange, versions 3 to 8.
-	batchesInRun   bool
-	leaseHeld      bool
-	lingerToEnd    bool
-	waitBeside     bool
-	startByWaiting bool
-	bodyChunks     bool
+	// batchesInRun, leaseHeld, lingerToEnd, waitBeside, startByWaiting,
+	// bodyChunks and releaseFailedBatches: see processorsChange, versions
+	// 3 to 9.
+	batchesInRun         bool
+	leaseHeld            bool
+	lingerToEnd          bool
+	waitBeside           bool
+	startByWaiting       bool
+	bodyChunks           bool
+	releaseFailedBatches bool
 	// handOnSince: when continue-as-new began waiting for processor
 	// batches (see processorsHandedOn).
 	handOnSince time.Time

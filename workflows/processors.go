@@ -48,12 +48,16 @@ import (
 // (the marker's version is unknown to it), and its children are started
 // as campaign.ChunkedBatchWorkflowType, a name it does not know (a
 // child's code never reads the marker, so the marker alone would not
-// keep such a node from running it).
+// keep such a node from running it). From version 9 the batches of a
+// child that failed or was terminated (from the Web UI, say) go back to
+// pending with the next child's lease (DeliveryLeaseRequest.Release), and
+// the processor is not done while they wait: before, they were stranded,
+// the processor looked dry and the campaign completed without them.
 const processorsChange = "processors"
 
 // maxProcessorsVersion is processorsChange's latest version, which new
 // runs take.
-const maxProcessorsVersion = 8
+const maxProcessorsVersion = 9
 
 // handOnWait is how long continue-as-new waits for the processors'
 // batches in flight: a processor that answers comes back in that time,
@@ -81,6 +85,10 @@ type processor struct {
 	seq     int64
 	// reset: the run has not leased yet (see DeliveryLeaseRequest.Reset).
 	reset bool
+	// release: children that failed or were terminated, by first lease,
+	// whose batches the next child returns to pending first (see
+	// DeliveryLeaseRequest.Release).
+	release []int64
 	// dry: the last lease found no page pending. dryAt is the number of
 	// frontier leases completed when that lease started: a dry lease
 	// proves the processor is done only if it started after the frontier
@@ -113,7 +121,7 @@ func (d *dispatcher) setUpProcessors(carried []campaign.ProcessorStatus) {
 			"cancel it and start the campaign again under its ID; its pages are kept")
 	default:
 		d.batchesInRun, d.leaseHeld, d.lingerToEnd, d.waitBeside = v >= 3, v >= 4, v < 5, v >= 6
-		d.startByWaiting, d.bodyChunks = v >= 7, v >= 8
+		d.startByWaiting, d.bodyChunks, d.releaseFailedBatches = v >= 7, v >= 8, v >= 9
 	}
 	// A lease's high bits name the run (see campaign.LeaseRun): a hash of
 	// its run ID, unique even when a campaign is started again under its ID.
@@ -149,7 +157,7 @@ func (d *dispatcher) frontierSettled() bool {
 // processorsDone: every processor has taken every page there is.
 func (d *dispatcher) processorsDone() bool {
 	for _, p := range d.procs {
-		if p.batches > 0 || !p.dry || p.dryAt != d.frontierLeases {
+		if p.batches > 0 || !p.dry || p.dryAt != d.frontierLeases || len(p.release) > 0 {
 			return false
 		}
 	}
@@ -215,7 +223,7 @@ func (d *dispatcher) deliver() {
 // batches already out, which go on while full ones wait and share a pool
 // that max_pending keeps to two batches' worth.
 func (p *processor) batchesToStart(now time.Time, byWaiting bool) int {
-	if p.dry || p.heldBeside || now.Before(p.coolUntil) {
+	if (p.dry && len(p.release) == 0) || p.heldBeside || now.Before(p.coolUntil) {
 		return 0
 	}
 	n := p.spec.Window - p.batches
@@ -252,10 +260,10 @@ func (d *dispatcher) startBatch(p *processor) {
 		Processor: p.spec,
 		Lease: campaign.DeliveryLeaseRequest{
 			CampaignKey: d.key, CampaignID: d.id, Processor: p.spec.Name, Reset: p.reset,
-			Lease: d.leaseRun<<32 | p.seq<<8, Held: d.leaseHeld,
+			Lease: d.leaseRun<<32 | p.seq<<8, Held: d.leaseHeld, Release: p.release,
 		},
 	}
-	p.reset = false
+	p.reset, p.release = false, nil
 	cctx := workflow.WithChildOptions(d.ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:    fmt.Sprintf("%s/%s/%08x-%d", d.id, p.spec.Name, d.leaseRun, p.seq),
 		StaticSummary: fmt.Sprintf("processor %s: batches of run %d, #%d", p.spec.Name, d.run, p.seq),
@@ -286,8 +294,16 @@ func (d *dispatcher) startBatch(p *processor) {
 			// campaign started again under its ID delivers them again.
 			return
 		case err != nil:
+			// Failed or terminated (from the Web UI, say): what its batches
+			// hold goes back with the next child's lease, and so do those
+			// of the children this one was to release. Until then the
+			// processor is not dry: those pages wait.
 			d.log.Warn("a processor's batch failed; leasing again shortly", "processor", p.spec.Name, "error", err)
 			p.reset = p.reset || req.Lease.Reset // it may not have reset
+			if d.releaseFailedBatches {
+				p.release = append(append(p.release, req.Lease.Release...), req.Lease.Lease)
+				p.dry = false
+			}
 			p.coolUntil = workflow.Now(d.ctx).Add(processorCooldown)
 			d.wakeAt(processorCooldown)
 			return

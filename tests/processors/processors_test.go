@@ -746,3 +746,65 @@ func failedTasks(t *testing.T, s *harness.Stack, id, run string) []string {
 	eachEvent(t, s, id, run, walk(id))
 	return failed
 }
+
+// TestTerminatedBatchChildLosesNoPages: issue 31, item 11. A ProcessBatch
+// child terminated in the middle of its batch (as from the Web UI) leaves
+// no page stranded: its batch's pages go back to pending, the processor
+// is not done while they wait, and every page is processed before the
+// campaign completes.
+func TestTerminatedBatchChildLosesNoPages(t *testing.T) {
+	s := harness.NewStack(t)
+	s.StartNode("a", 1)
+	web, shop := shopWeb(t, 100, 0)
+	queue := s.Name + ".stuck"
+	entered, release := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	p := processor.New("stuck").Queue(queue).OnPage(func(*processor.Page) error {
+		first.Do(func() { close(entered); <-release }) // the first batch hangs until its child is gone
+		return nil
+	})
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, processor.WithClient(s.Client)) }()
+	t.Cleanup(func() { cancel(); <-done })
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+
+	id := "terminated-child"
+	spec := shopSpec(web, campaign.Processor{Name: "stuck", TaskQueue: queue, Activity: "stuck", BatchSize: 20,
+		Timeout: campaign.Duration(time.Minute), Retry: campaign.ProcessorRetry{InitialInterval: campaign.Duration(200 * time.Millisecond)}})
+	r, err := s.Campaigns.Start(bg, id, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the processor got no batch in 2 minutes")
+	}
+	d, err := s.Client.DescribeWorkflowExecution(bg, id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	children := d.GetPendingChildren()
+	if len(children) == 0 {
+		t.Fatal("no ProcessBatch child under way while the processor holds a batch")
+	}
+	for _, c := range children {
+		if err := s.Client.TerminateWorkflow(bg, c.GetWorkflowId(), c.GetRunId(), "test: terminated as from the Web UI"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	once.Do(func() { close(release) })
+
+	wctx, wcancel := context.WithTimeout(bg, 3*time.Minute)
+	defer wcancel()
+	var sum campaign.Summary
+	if err := r.Get(wctx, &sum); err != nil {
+		t.Fatalf("campaign: %v", err)
+	}
+	pages := int64(shop.Pages() + 1)
+	if st := processorStatus(t, s, id)["stuck"]; sum.Fetched != pages || st.Processed != pages || st.Failed != 0 {
+		t.Errorf("fetched %d, processor %+v: want all %d pages processed, the terminated child's too", sum.Fetched, st, pages)
+	}
+}
