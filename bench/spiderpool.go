@@ -17,7 +17,6 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/jackc/pgx/v5"
@@ -348,38 +347,20 @@ func (s *stack) crawl(seed string, maxDepth int, noop bool) (spiderpoolResult, e
 }
 
 // runHistories is the history length of each of the campaign's workflow
-// runs, from visibility. A run that just closed may take a moment to show
-// there, so it waits (up to a minute) until runs closed runs are listed.
+// runs, from visibility, once it lists them all closed (waiting up to a
+// minute).
 func runHistories(ctx context.Context, c client.Client, id string, runs int) ([]int64, error) {
-	for deadline := time.Now().Add(time.Minute); ; {
-		var lengths []int64
-		closed := 0
-		var token []byte
-		for {
-			resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-				Query: fmt.Sprintf("WorkflowId = %q", id), NextPageToken: token,
-			})
-			if err != nil {
-				return nil, err
-			}
-			for _, e := range resp.GetExecutions() {
-				lengths = append(lengths, e.GetHistoryLength())
-				if e.GetCloseTime() != nil {
-					closed++
-				}
-			}
-			if token = resp.GetNextPageToken(); len(token) == 0 {
-				break
-			}
-		}
-		if closed >= runs {
-			return lengths, nil
-		}
-		if time.Now().After(deadline) {
-			return lengths, fmt.Errorf("campaign %s: visibility lists %d closed runs after a minute, the campaign took %d", id, closed, runs)
-		}
-		time.Sleep(200 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	closed, err := control.ClosedRuns(ctx, c, id, runs)
+	lengths := make([]int64, len(closed))
+	for i, e := range closed {
+		lengths[i] = e.GetHistoryLength()
 	}
+	if err != nil {
+		return lengths, fmt.Errorf("campaign %s, %d runs: %w", id, runs, err)
+	}
+	return lengths, nil
 }
 
 // noopSettings names the no-op processor's settings, as results record them.

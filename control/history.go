@@ -6,6 +6,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 )
@@ -22,9 +23,13 @@ type HistoryCost struct {
 // (at least runs of them; it is eventually consistent). It looks again
 // until ctx ends.
 func CampaignHistoryCost(ctx context.Context, c client.Client, workflowID string, runs int) (HistoryCost, error) {
-	ids, err := closedRuns(ctx, c, workflowID, max(runs, 1))
+	closed, err := ClosedRuns(ctx, c, workflowID, max(runs, 1))
 	if err != nil {
 		return HistoryCost{}, err
+	}
+	ids := make([]string, len(closed))
+	for i, e := range closed {
+		ids[i] = e.GetExecution().GetRunId()
 	}
 	cost := HistoryCost{Runs: len(ids)}
 	var walk func(id, run string) error
@@ -58,11 +63,12 @@ func CampaignHistoryCost(ctx context.Context, c client.Client, workflowID string
 	return cost, nil
 }
 
-// closedRuns lists the run IDs of workflowID once visibility shows none
-// open and at least least of them.
-func closedRuns(ctx context.Context, c client.Client, workflowID string, least int) ([]string, error) {
+// ClosedRuns lists the runs of workflowID once visibility shows none open
+// and at least least of them (it is eventually consistent: a run that
+// just closed may take a moment to show). It looks again until ctx ends.
+func ClosedRuns(ctx context.Context, c client.Client, workflowID string, least int) ([]*workflowpb.WorkflowExecutionInfo, error) {
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		var ids []string
+		var runs []*workflowpb.WorkflowExecutionInfo
 		open := 0
 		var token []byte
 		for {
@@ -73,7 +79,7 @@ func closedRuns(ctx context.Context, c client.Client, workflowID string, least i
 				return nil, fmt.Errorf("list the runs of %s: %w", workflowID, err)
 			}
 			for _, e := range resp.GetExecutions() {
-				ids = append(ids, e.GetExecution().GetRunId())
+				runs = append(runs, e)
 				if e.GetCloseTime() == nil {
 					open++
 				}
@@ -82,12 +88,12 @@ func closedRuns(ctx context.Context, c client.Client, workflowID string, least i
 				break
 			}
 		}
-		if open == 0 && len(ids) >= least {
-			return ids, nil
+		if open == 0 && len(runs) >= least {
+			return runs, nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("visibility lists %d runs of %s, %d of them open: %w", len(ids), workflowID, open, ctx.Err())
+			return runs, fmt.Errorf("visibility lists %d runs of %s, %d of them open: %w", len(runs), workflowID, open, ctx.Err())
 		case <-time.After(wait):
 		}
 	}
