@@ -281,57 +281,62 @@ func (d *dispatcher) startBatch(p *processor) {
 	} else {
 		f = workflow.ExecuteChildWorkflow(cctx, d.batchType(), req)
 	}
-	d.sel.AddFuture(f, func(f workflow.Future) {
-		p.batches--
-		p.counters.InFlight = p.batches
-		p.heldBeside = false // what this batch held is stored, or back
-		var res campaign.ProcessBatchResult
-		err := f.Get(d.ctx, &res)
-		var canceled *temporal.CanceledError
-		switch {
-		case err != nil && (d.cancelled || errors.As(err, &canceled)):
-			// The campaign is being cancelled: the pages stay leased, and a
-			// campaign started again under its ID delivers them again.
-			return
-		case err != nil:
-			// Failed or terminated (from the Web UI, say): what its batches
-			// hold goes back with the next child's lease, and so do those
-			// of the children this one was to release. Until then the
-			// processor is not dry: those pages wait.
-			d.log.Warn("a processor's batch failed; leasing again shortly", "processor", p.spec.Name, "error", err)
-			p.reset = p.reset || req.Lease.Reset // it may not have reset
-			if d.releaseFailedBatches {
-				p.release = append(append(p.release, req.Lease.Release...), req.Lease.Lease)
-				p.dry = false
-			}
-			p.coolUntil = workflow.Now(d.ctx).Add(processorCooldown)
-			d.wakeAt(processorCooldown)
-			return
+	d.sel.AddFuture(f, func(f workflow.Future) { d.batchEnded(p, req.Lease, started, f) })
+}
+
+// batchEnded takes a ProcessBatch child's end: its figures, and what p
+// does next. lr is the lease it was started with, started the frontier
+// leases completed then.
+func (d *dispatcher) batchEnded(p *processor, lr campaign.DeliveryLeaseRequest, started int64, f workflow.Future) {
+	p.batches--
+	p.counters.InFlight = p.batches
+	p.heldBeside = false // what this batch held is stored, or back
+	var res campaign.ProcessBatchResult
+	err := f.Get(d.ctx, &res)
+	var canceled *temporal.CanceledError
+	switch {
+	case err != nil && (d.cancelled || errors.As(err, &canceled)):
+		// The campaign is being cancelled: the pages stay leased, and a
+		// campaign started again under its ID delivers them again.
+		return
+	case err != nil:
+		// Failed or terminated (from the Web UI, say): what its batches
+		// hold goes back with the next child's lease, and so do those
+		// of the children this one was to release. Until then the
+		// processor is not dry: those pages wait.
+		d.log.Warn("a processor's batch failed; leasing again shortly", "processor", p.spec.Name, "error", err)
+		p.reset = p.reset || lr.Reset // it may not have reset
+		if d.releaseFailedBatches {
+			p.release = append(append(p.release, lr.Release...), lr.Lease)
+			p.dry = false
 		}
-		d.processed(p, res)
-		switch {
-		case res.LeaseFailed:
-			p.coolUntil = workflow.Now(d.ctx).Add(processorCooldown)
-			d.wakeAt(processorCooldown)
-		case res.Pages == 0 && res.Waiting == 0:
-			p.dry, p.dryAt = true, started
-		case res.Pages == 0 && d.waitBeside && p.batches > 0:
-			// Pages wait but the batches beside this one hold them: the
-			// next of those to end wakes the loop.
-			p.heldBeside = true
-		case res.Pages == 0:
-			// Pages wait but a lease beside this one held them: look
-			// again shortly.
-			p.coolUntil = workflow.Now(d.ctx).Add(time.Second)
-			d.wakeAt(time.Second)
-		case res.Waiting < p.spec.BatchSize && (d.lingerToEnd || d.lastLease.Pending > 0):
-			// The processor has caught up with the crawl: the next batch
-			// waits a little to fill (unless the crawl is done, or its last
-			// URLs are out).
-			p.lingerUntil = workflow.Now(d.ctx).Add(processorLinger)
-			d.wakeAt(processorLinger)
-		}
-	})
+		p.coolUntil = workflow.Now(d.ctx).Add(processorCooldown)
+		d.wakeAt(processorCooldown)
+		return
+	}
+	d.processed(p, res)
+	switch {
+	case res.LeaseFailed:
+		p.coolUntil = workflow.Now(d.ctx).Add(processorCooldown)
+		d.wakeAt(processorCooldown)
+	case res.Pages == 0 && res.Waiting == 0:
+		p.dry, p.dryAt = true, started
+	case res.Pages == 0 && d.waitBeside && p.batches > 0:
+		// Pages wait but the batches beside this one hold them: the
+		// next of those to end wakes the loop.
+		p.heldBeside = true
+	case res.Pages == 0:
+		// Pages wait but a lease beside this one held them: look
+		// again shortly.
+		p.coolUntil = workflow.Now(d.ctx).Add(time.Second)
+		d.wakeAt(time.Second)
+	case res.Waiting < p.spec.BatchSize && (d.lingerToEnd || d.lastLease.Pending > 0):
+		// The processor has caught up with the crawl: the next batch
+		// waits a little to fill (unless the crawl is done, or its last
+		// URLs are out).
+		p.lingerUntil = workflow.Now(d.ctx).Add(processorLinger)
+		d.wakeAt(processorLinger)
+	}
 }
 
 // processed adds what a ProcessBatch child did to the figures.
