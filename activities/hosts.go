@@ -135,12 +135,11 @@ func (t *hostTable) renewAll(ctx context.Context) {
 		}
 		return
 	}
-	now := asked
 	var yield []*host
 	for key, h := range byKey {
 		h.mu.Lock()
 		if still[key] {
-			h.renewed = now
+			h.renewed = asked
 			h.wanted = wanted[key]
 			if h.wanted && len(h.users) == 0 && h.active == 0 {
 				yield = append(yield, h) // lingering, and another node asks for it
