@@ -70,10 +70,13 @@ type Response struct {
 	Duration    time.Duration
 	// Sent is when the request was sent.
 	Sent time.Time
-	// ReachedBy is when the host surely had the request: when it was
-	// written, on a connection the host had already accepted; when the
-	// answer began, on a new one (a busy server may take a while to accept
-	// it). Zero if it never went. Politeness counts a host's gaps from here.
+	// ReachedBy is when the host surely had the request: when its answer
+	// began (the first response byte), or, written and never answered,
+	// when the request failed. Not when it was written: a busy server may
+	// take a written request in late, on a kept-alive connection as on a
+	// new one, and the next request must not reach it closer than its
+	// delay. Zero if it never went. Politeness counts a host's gaps from
+	// here.
 	ReachedBy time.Time
 	// Header is the response's, parsed; Content-Encoding and
 	// Content-Length are as received.
@@ -87,35 +90,32 @@ type Response struct {
 
 // reachedBy traces when the host surely had a request (Response.ReachedBy).
 type reachedBy struct {
-	reused    atomic.Bool
-	wrote     atomic.Int64
+	wrote     atomic.Bool
 	firstByte atomic.Int64
 }
 
 func (r *reachedBy) trace(cp *capture) *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
 		GotConn: func(c httptrace.GotConnInfo) {
-			r.reused.Store(c.Reused)
 			if tc, ok := c.Conn.(*tapConn); ok && cp != nil {
 				tc.attach(cp)
 			}
 		},
-		WroteRequest:         func(httptrace.WroteRequestInfo) { r.wrote.Store(time.Now().UnixNano()) },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { r.wrote.Store(true) },
 		GotFirstResponseByte: func() { r.firstByte.Store(time.Now().UnixNano()) },
 	}
 }
 
+// at is the first response byte's time; for a request written and never
+// answered, now (its failure); zero for one never written.
 func (r *reachedBy) at() time.Time {
-	ns := r.wrote.Load()
-	if !r.reused.Load() {
-		if fb := r.firstByte.Load(); fb != 0 {
-			ns = fb
-		}
+	if ns := r.firstByte.Load(); ns != 0 {
+		return time.Unix(0, ns)
 	}
-	if ns == 0 {
-		return time.Time{}
+	if r.wrote.Load() {
+		return time.Now()
 	}
-	return time.Unix(0, ns)
+	return time.Time{}
 }
 
 // IsHTML says whether the response is a document to take links from.
