@@ -171,7 +171,12 @@ const chunkTokenLen = 16 + 16 + 32
 // page's own (pageSecret), so a token opens its page and no other, and
 // who holds tokens learns nothing of the chunk's secret.
 func chunkToken(chunk, id int64, secret string) string {
-	return fmt.Sprintf("%016x%016x%s", uint64(chunk), uint64(id), pageSecret(secret, id))
+	return tokenOf(chunk, id, pageSecret(secret, id))
+}
+
+// tokenOf lays a chunk body token out: chunk, page, secret.
+func tokenOf(chunk, id int64, secret string) string {
+	return fmt.Sprintf("%016x%016x%s", uint64(chunk), uint64(id), secret)
 }
 
 // pageSecret is page id's secret in a chunk whose secret is chunkSecret:
@@ -188,18 +193,22 @@ func pageSecret(chunkSecret string, id int64) string {
 // gave: the chunk's own secret. Still accepted, so a processor holding
 // one during a rolling upgrade reads its page; it goes with v0.11.0's
 // support (a node of this release never gives one out).
-func legacyChunkToken(chunk, id int64, secret string) string {
-	return fmt.Sprintf("%016x%016x%s", uint64(chunk), uint64(id), secret)
-}
+func legacyChunkToken(chunk, id int64, secret string) string { return tokenOf(chunk, id, secret) }
 
 // chunkTokenChunk is the chunk a chunk body token names.
 func chunkTokenChunk(token string) (chunk int64, ok bool) {
+	chunk, _, ok = chunkTokenPage(token)
+	return chunk, ok
+}
+
+// chunkTokenPage is the chunk and page a chunk body token names.
+func chunkTokenPage(token string) (chunk, id int64, ok bool) {
 	if len(token) != chunkTokenLen {
-		return 0, false
+		return 0, 0, false
 	}
 	c, err1 := strconv.ParseUint(token[:16], 16, 63)
-	_, err2 := strconv.ParseUint(token[16:32], 16, 63)
-	return int64(c), err1 == nil && err2 == nil
+	p, err2 := strconv.ParseUint(token[16:32], 16, 63)
+	return int64(c), int64(p), err1 == nil && err2 == nil
 }
 
 // addChunked keeps p for a chunk of the commit.
@@ -445,15 +454,19 @@ func readChunks(ctx context.Context, q querier, query string, args []any, fn fun
 func chunkBodies(ctx context.Context, q querier, tokens []string, out map[string]chunkPage) error {
 	var chunks []int64
 	named := map[string]bool{}
+	asked := map[[2]int64]bool{} // chunk and page: only these are checked
 	for _, t := range tokens {
-		if c, ok := chunkTokenChunk(t); ok {
-			chunks, named[t] = append(chunks, c), true
+		if c, id, ok := chunkTokenPage(t); ok {
+			chunks, named[t], asked[[2]int64{c, id}] = append(chunks, c), true, true
 		}
 	}
 	if len(chunks) == 0 {
 		return nil
 	}
 	return readChunks(ctx, q, chunksByID, []any{distinct(chunks)}, func(chunk int64, secret string, p *chunkPage) {
+		if !asked[[2]int64{chunk, p.ID}] {
+			return // no HMAC for the chunk's other pages
+		}
 		for _, t := range []string{chunkToken(chunk, p.ID, secret), legacyChunkToken(chunk, p.ID, secret)} {
 			if named[t] {
 				out[t] = *p
