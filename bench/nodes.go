@@ -546,7 +546,7 @@ func cpuKinds(a, b cpuSample) map[string]float64 {
 func (r *nodeSet) sdkLatencies(ctx context.Context) (workflowTask, lease latency) {
 	var addrs []string
 	r.query(ctx, func(conn *pgx.Conn) error {
-		rows, err := conn.Query(ctx, `SELECT DISTINCT http_addr FROM nodes WHERE http_addr IS NOT NULL`)
+		rows, err := conn.Query(ctx, `SELECT DISTINCT metrics_addr FROM nodes WHERE metrics_addr IS NOT NULL`)
 		if err != nil {
 			return err
 		}

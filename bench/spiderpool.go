@@ -132,6 +132,9 @@ type nodeSet struct {
 	procs     []*exec.Cmd
 	client    client.Client
 	campaigns *control.Campaigns
+	// secret is the node secret the nodes serve bodies behind and the
+	// no-op processor presents.
+	secret string
 }
 
 // startNodes starts the nodes of the stack's plan on a fresh database and
@@ -139,7 +142,7 @@ type nodeSet struct {
 func (s *stack) startNodes() (_ *nodeSet, err error) {
 	ctx := context.Background()
 	s.runs++
-	r := &nodeSet{n: s.runs}
+	r := &nodeSet{n: s.runs, secret: config.NewSecret()}
 	defer func() {
 		if err != nil {
 			r.stop()
@@ -170,17 +173,17 @@ func (s *stack) startNodes() (_ *nodeSet, err error) {
 		if s.nodes.replicas > 1 {
 			args = append(args, "--replicas", strconv.Itoa(s.nodes.replicas))
 		}
-		// Each node serves metrics, pprof and page bodies, as deployed nodes
-		// do: processors get bodies by reference from it.
-		metricsAddr := "127.0.0.1:0"
+		// Each node serves metrics and, behind the node secret, page
+		// bodies, as deployed nodes do: processors get bodies by reference
+		// from it.
+		args = append(args, "--metrics-addr", "127.0.0.1:0", "--bodies-addr", "127.0.0.1:0")
 		if base := os.Getenv("BENCH_PPROF_BASE"); base != "" { // profile the nodes: 127.0.0.1:<base+i>
 			port, _ := strconv.Atoi(base)
-			metricsAddr = fmt.Sprintf("127.0.0.1:%d", port+i)
+			args = append(args, "--pprof", fmt.Sprintf("127.0.0.1:%d", port+i))
 		}
-		args = append(args, "--metrics-addr", metricsAddr)
 		p := exec.Command(s.bin, args...)
 		p.Env = append(os.Environ(), config.EnvDatabaseURL+"="+nodeDB, config.EnvTemporalAddress+"="+cfg.TemporalAddress,
-			config.EnvControlQueue+"="+cfg.ControlQueue)
+			config.EnvControlQueue+"="+cfg.ControlQueue, config.EnvNodeSecret+"="+r.secret)
 		p.Stderr = os.Stderr
 		devstack.DieWithParent(p, syscall.SIGKILL)
 		if err := p.Start(); err != nil {
@@ -290,7 +293,7 @@ func (r *nodeSet) runNoop() (p campaign.Processor, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- processor.New(p.Name).Queue(p.TaskQueue).Logger(slog.New(slog.DiscardHandler)).
+		done <- processor.New(p.Name).Queue(p.TaskQueue).NodeSecret(r.secret).Logger(slog.New(slog.DiscardHandler)).
 			Run(ctx, processor.WithClient(r.client), processor.WithConcurrency(16))
 	}()
 	return p, func() { cancel(); <-done }

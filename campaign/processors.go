@@ -47,7 +47,7 @@ type Processor struct {
 	// "reference" sends every body by reference (Page.BodyRef), to be got
 	// from the nodes, all of a batch in one request (BodyServers), so
 	// Temporal carries only the pages' metadata. "reference" needs nodes
-	// that serve bodies (--metrics-addr); without any, bodies go inline.
+	// that serve bodies (--bodies-addr); without any, bodies go inline.
 	// Left empty it is "inline", and stays empty in the normalised spec:
 	// a campaign started before this field existed sends its activities
 	// the same spec on replay.

@@ -76,8 +76,18 @@ type Node struct {
 	// AllowNetworks are CIDR ranges fetches may reach even so.
 	AllowNetworks []string
 	// MetricsAddr, when set, serves Prometheus /metrics and /healthz there
-	// (host:port), with the page bodies and batches processors read.
+	// (host:port), and nothing else.
 	MetricsAddr string
+	// BodiesAddr, when set, serves the page bodies and batches processors
+	// read by reference there (host:port), on a listener of its own, to
+	// callers that present the node secret (Authorization: Bearer).
+	BodiesAddr string
+	// SecretFile names a file holding the node secret; without it the
+	// secret is SPIDERPOOL_NODE_SECRET's value (see NodeSecret).
+	SecretFile string
+	// Secret is the node secret itself, when set in code (tests, an
+	// embedding program); otherwise it is read as NodeSecret says.
+	Secret string
 	// PprofAddr, when set, serves Go's /debug/pprof there, on a listener
 	// of its own: off by default (a profile or trace loads the CPU on
 	// request), and on 127.0.0.1 when the address names no host.
@@ -188,7 +198,10 @@ func (c *Config) NodeFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&n.AllowPrivateNetworks, "allow-private-networks", n.AllowPrivateNetworks,
 		"let fetches reach loopback, private and link-local addresses (env "+EnvAllowPrivate+"; off: refused at dial time)")
 	fs.StringArrayVar(&n.AllowNetworks, "allow-network", n.AllowNetworks, "CIDR range fetches may reach even if private (repeatable)")
-	fs.StringVar(&n.MetricsAddr, "metrics-addr", n.MetricsAddr, "serve Prometheus /metrics, /healthz, page bodies and batches on this host:port")
+	fs.StringVar(&n.MetricsAddr, "metrics-addr", n.MetricsAddr, "serve Prometheus /metrics and /healthz on this host:port")
+	fs.StringVar(&n.BodiesAddr, "bodies-addr", n.BodiesAddr,
+		"serve page bodies and batches to processors on this host:port, to callers with the node secret ("+EnvNodeSecret+" or --node-secret-file)")
+	fs.StringVar(&n.SecretFile, "node-secret-file", n.SecretFile, "file holding the secret processors present to --bodies-addr (instead of "+EnvNodeSecret+")")
 	fs.StringVar(&n.PprofAddr, "pprof", n.PprofAddr, "serve Go's /debug/pprof on this host:port (a bare :port is 127.0.0.1:port); off when empty")
 	fs.StringVar(&n.WARCDir, "warc-dir", n.WARCDir, "write every fetched page as WARC/1.1 records into this directory")
 	fs.Int64Var(&n.WARCMaxSize, "warc-max-size", n.WARCMaxSize, "bytes at which a WARC file is closed and the next begun")
@@ -370,6 +383,11 @@ func (c *Config) ValidateNode() error {
 	}
 	if _, err := n.Guard(); err != nil {
 		errs = append(errs, err)
+	}
+	if n.BodiesAddr != "" {
+		if _, err := n.BodiesSecret(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if n.WARCMaxSize < 1<<20 {
 		errs = append(errs, fmt.Errorf("--warc-max-size must be at least 1 MiB (1048576), got %d", n.WARCMaxSize))

@@ -13,7 +13,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/spiderpool/spiderpool/activities"
 	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/config"
 )
 
 // bodyServer serves bodies as a node does: POST a JSON array of tokens for
@@ -236,5 +238,31 @@ func TestBatchWithBodiesAppended(t *testing.T) {
 	p := New("t").Logger(slog.New(slog.DiscardHandler)).OnPage(func(*Page) error { return nil })
 	if _, err := p.Process(context.Background(), req); err == nil || !strings.Contains(err.Error(), "bodies") {
 		t.Errorf("a batch whose appended bodies were cut short: %v, want an error saying so", err)
+	}
+}
+
+// TestProcessorPresentsTheNodeSecret: a processor gets bodies from a node
+// that wants the node secret (activities.RequireSecret) when it has the
+// secret, from the environment or NodeSecret, and without it fails with an
+// error that says what to set.
+func TestProcessorPresentsTheNodeSecret(t *testing.T) {
+	secret := config.NewSecret()
+	bodies := map[string]string{"a1": "first", "b2": "second"}
+	b := newBodyServer(t, bodies)
+	b.Config.Handler = activities.RequireSecret(secret, b.Config.Handler)
+	req := refBatch(bodies, []string{"a1", "b2"}, b)
+
+	t.Setenv(config.EnvNodeSecret, secret)
+	if got := seen(t, req); got["a1"] != "first" || got["b2"] != "second" {
+		t.Errorf("with the secret from %s: bodies %q", config.EnvNodeSecret, got)
+	}
+	t.Setenv(config.EnvNodeSecret, "")
+	p := New("t").Logger(slog.New(slog.DiscardHandler)).OnPage(func(*Page) error { return nil })
+	_, err := p.Process(context.Background(), req)
+	if err == nil || !strings.Contains(err.Error(), config.EnvNodeSecret) {
+		t.Errorf("without a secret: %v, want an error naming %s", err, config.EnvNodeSecret)
+	}
+	if _, err := p.NodeSecret(secret).Process(context.Background(), req); err != nil {
+		t.Errorf("with NodeSecret: %v", err)
 	}
 }

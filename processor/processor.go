@@ -58,8 +58,11 @@ type Processor struct {
 	html  []htmlHandler
 	pages []func(*Page) error
 	log   *slog.Logger
-	// bodies fetches bodies sent by reference.
-	bodies *http.Client
+	// bodies fetches bodies and batches sent by reference, presenting
+	// secret, the node secret (see NodeSecret).
+	bodies    *http.Client
+	secret    string
+	secretErr error
 }
 
 type htmlHandler struct {
@@ -69,11 +72,22 @@ type htmlHandler struct {
 
 // New returns a processor named name: its activity type, and with the
 // default queue "spiderpool.processor.<name>", its task queue.
+// The node secret it presents to nodes for bodies and batches comes from
+// SPIDERPOOL_NODE_SECRET or the file SPIDERPOOL_NODE_SECRET_FILE names.
 func New(name string) *Processor {
+	secret, err := config.NodeSecret("")
 	return &Processor{
 		name: name, queue: QueuePrefix + name, log: slog.Default(),
 		bodies: &http.Client{Timeout: time.Minute},
+		secret: secret, secretErr: err,
 	}
+}
+
+// NodeSecret sets the secret the processor presents to nodes for page
+// bodies and batches sent by reference, instead of the environment's.
+func (p *Processor) NodeSecret(secret string) *Processor {
+	p.secret, p.secretErr = secret, nil
+	return p
 }
 
 // Queue sets the task queue the processor polls.
@@ -321,6 +335,12 @@ func (p *Processor) postBodies(ctx context.Context, server string, tokens []stri
 // askNode sends a request to a node's body or batch endpoint: an answer
 // other than 200 is an error, with the start of what the node said.
 func (p *Processor) askNode(req *http.Request) (*http.Response, error) {
+	if p.secretErr != nil {
+		return nil, p.secretErr
+	}
+	if p.secret != "" {
+		req.Header.Set("Authorization", "Bearer "+p.secret)
+	}
 	resp, err := p.bodies.Do(req)
 	if err != nil {
 		return nil, err
@@ -328,7 +348,12 @@ func (p *Processor) askNode(req *http.Request) (*http.Response, error) {
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("%s %s: %s: %s", req.Method, req.URL, resp.Status, bytes.TrimSpace(msg))
+		err := fmt.Errorf("%s %s: %s: %s", req.Method, req.URL, resp.Status, bytes.TrimSpace(msg))
+		if resp.StatusCode == http.StatusUnauthorized && p.secret == "" {
+			err = fmt.Errorf("%w (this processor has no node secret: set %s or %s as the nodes have it)",
+				err, config.EnvNodeSecret, config.EnvNodeSecretFile)
+		}
+		return nil, err
 	}
 	return resp, nil
 }
@@ -453,15 +478,15 @@ func (p *Processor) fetchBody(ctx context.Context, ref *campaign.BodyRef) ([]byt
 			errs = append(errs, err)
 			continue
 		}
-		resp, err := p.bodies.Do(req)
+		resp, err := p.askNode(req)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			errs = append(errs, fmt.Errorf("GET %s: %s %v", u, resp.Status, err))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("GET %s: %w", u, err))
 			continue
 		}
 		if got := sha256Hex(body); got != ref.SHA256 {
@@ -471,7 +496,7 @@ func (p *Processor) fetchBody(ctx context.Context, ref *campaign.BodyRef) ([]byt
 		return body, nil
 	}
 	if len(ref.URLs) == 0 {
-		return nil, errors.New("body sent by reference, but no node serves bodies (start nodes with --metrics-addr)")
+		return nil, errors.New("body sent by reference, but no node serves bodies (start nodes with --bodies-addr)")
 	}
 	return nil, fmt.Errorf("body by reference: %w", errors.Join(errs...))
 }

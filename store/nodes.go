@@ -18,9 +18,12 @@ type Registration struct {
 	Version     string
 	Incarnation string
 	TTL         time.Duration
-	// HTTPAddr is where the node serves HTTP (metrics, page bodies for
-	// processors), as host:port others can reach; empty when it does not.
-	HTTPAddr string
+	// BodiesAddr is where the node serves page bodies and batches to
+	// processors (--bodies-addr), as host:port others can reach; empty
+	// when it does not. Kept in nodes.http_addr.
+	BodiesAddr string
+	// MetricsAddr is where it serves /metrics, likewise.
+	MetricsAddr string
 	// Capabilities say what the node can do (campaign.CapPull, ...).
 	Capabilities []string
 }
@@ -37,17 +40,18 @@ func (s *Store) RegisterNode(ctx context.Context, r Registration) error {
 	_, err := s.pool.Exec(ctx, `
 		WITH n AS (
 			INSERT INTO nodes (id, weight, queue, version, incarnation, ttl, started_at, heartbeat_at, stopped_at, http_addr,
-				capabilities, capabilities_of)
-			VALUES ($1, $2, $3, $4, $5, $6::bigint * interval '1 millisecond', now(), now(), NULL, nullif($8, ''), $9, $5)
+				capabilities, capabilities_of, metrics_addr)
+			VALUES ($1, $2, $3, $4, $5, $6::bigint * interval '1 millisecond', now(), now(), NULL, nullif($8, ''), $9, $5, nullif($10, ''))
 			ON CONFLICT (id) DO UPDATE SET weight = EXCLUDED.weight, queue = EXCLUDED.queue, version = EXCLUDED.version,
 				incarnation = EXCLUDED.incarnation, ttl = EXCLUDED.ttl, started_at = now(), heartbeat_at = now(), stopped_at = NULL,
-				http_addr = EXCLUDED.http_addr, capabilities = EXCLUDED.capabilities, capabilities_of = EXCLUDED.capabilities_of
+				http_addr = EXCLUDED.http_addr, capabilities = EXCLUDED.capabilities, capabilities_of = EXCLUDED.capabilities_of,
+				metrics_addr = EXCLUDED.metrics_addr
 			RETURNING ttl
 		)
 		INSERT INTO holders (holder, alive_until) SELECT $7, now() + ttl FROM n
 		ON CONFLICT (holder) DO UPDATE SET alive_until = EXCLUDED.alive_until`,
-		r.ID, r.Weight, r.Queue, r.Version, r.Incarnation, r.TTL.Milliseconds(), HolderToken(r.ID, r.Incarnation), r.HTTPAddr,
-		nonNil(r.Capabilities))
+		r.ID, r.Weight, r.Queue, r.Version, r.Incarnation, r.TTL.Milliseconds(), HolderToken(r.ID, r.Incarnation), r.BodiesAddr,
+		nonNil(r.Capabilities), r.MetricsAddr)
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", r.ID, err)
 	}
@@ -159,8 +163,8 @@ func (s *Store) RecordRingChanges(ctx context.Context, campaignKey int64, run in
 	return nil
 }
 
-// BodyServers lists the HTTP addresses of the live nodes that serve page
-// bodies, by node ID.
+// BodyServers lists the addresses of the live nodes that serve page
+// bodies and batches (--bodies-addr), by node ID.
 func (s *Store) BodyServers(ctx context.Context) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT http_addr FROM nodes

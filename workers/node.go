@@ -194,7 +194,7 @@ func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Sto
 	for i, id := range ids {
 		regs[i] = store.Registration{
 			ID: id, Weight: n.Weight, Queue: campaign.NodeQueue(id), Version: Version,
-			Incarnation: incarnation(), TTL: n.TTL, HTTPAddr: hl.addr, Capabilities: caps,
+			Incarnation: incarnation(), TTL: n.TTL, BodiesAddr: hl.bodiesAddr, MetricsAddr: hl.metricsAddr, Capabilities: caps,
 		}
 		holder := store.HolderToken(id, regs[i].Incarnation)
 		opts := activities.FetchOptions{
@@ -300,20 +300,21 @@ func searchAttributes(tc client.Client, namespace string) func(context.Context) 
 	}
 }
 
-// httpListener is the node's HTTP listener when --metrics-addr is set, and
-// the address others reach it at; pprof is its profiling listener, when
-// --pprof is set.
+// httpListener holds the node's listeners, each only when its flag is
+// set: metrics (/metrics, /healthz), bodies (page bodies and batches for
+// processors, behind the node secret) and pprof. The addresses are those
+// others reach them at.
 type httpListener struct {
-	l     net.Listener
-	addr  string
-	pprof net.Listener
+	metrics, bodies, pprof  net.Listener
+	metricsAddr, bodiesAddr string
+	secret                  string
 }
 
 // own are the addresses the node listens on, which its fetches must never
 // reach (fetch.Guard.Own).
 func (hl httpListener) own() []netip.AddrPort {
 	var out []netip.AddrPort
-	for _, l := range []net.Listener{hl.l, hl.pprof} {
+	for _, l := range []net.Listener{hl.metrics, hl.bodies, hl.pprof} {
 		if l != nil {
 			out = append(out, l.Addr().(*net.TCPAddr).AddrPort())
 		}
@@ -321,46 +322,71 @@ func (hl httpListener) own() []netip.AddrPort {
 	return out
 }
 
-func listenHTTP(cfg config.Config) (httpListener, error) {
-	var hl httpListener
-	if a := cfg.Node.PprofAddr; a != "" {
+func listenHTTP(cfg config.Config) (hl httpListener, err error) {
+	n := cfg.Node
+	defer func() {
+		if err != nil {
+			for _, l := range []net.Listener{hl.metrics, hl.bodies, hl.pprof} {
+				if l != nil {
+					l.Close()
+				}
+			}
+		}
+	}()
+	if n.BodiesAddr != "" {
+		if hl.secret, err = n.BodiesSecret(); err != nil {
+			return hl, err
+		}
+		if hl.bodies, hl.bodiesAddr, err = listen(n.BodiesAddr, "--bodies-addr"); err != nil {
+			return hl, err
+		}
+	}
+	if n.MetricsAddr != "" {
+		if hl.metrics, hl.metricsAddr, err = listen(n.MetricsAddr, "--metrics-addr"); err != nil {
+			return hl, err
+		}
+	}
+	if a := n.PprofAddr; a != "" {
 		if host, port, err := net.SplitHostPort(a); err == nil && host == "" {
 			a = net.JoinHostPort("127.0.0.1", port) // loopback unless a host is named
 		}
-		l, err := net.Listen("tcp", a)
-		if err != nil {
-			return hl, fmt.Errorf("--pprof: %w", err)
+		if hl.pprof, _, err = listen(a, "--pprof"); err != nil {
+			return hl, err
 		}
-		hl.pprof = l
 	}
-	if cfg.Node.MetricsAddr == "" {
-		return hl, nil
-	}
-	l, err := net.Listen("tcp", cfg.Node.MetricsAddr)
-	if err != nil {
-		return hl, fmt.Errorf("--metrics-addr: %w", err)
-	}
-	addr := l.Addr().(*net.TCPAddr)
-	reach := addr.String()
-	if addr.IP.IsUnspecified() { // listening on all interfaces: others reach it by name
-		reach = net.JoinHostPort(hostname(), fmt.Sprint(addr.Port))
-	}
-	hl.l, hl.addr = l, reach
 	return hl, nil
 }
 
+// listen listens on addr and says where others reach it: by the
+// machine's name when it listens on every interface.
+func listen(addr, flag string) (net.Listener, string, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", flag, err)
+	}
+	a := l.Addr().(*net.TCPAddr)
+	if a.IP.IsUnspecified() {
+		return l, net.JoinHostPort(hostname(), fmt.Sprint(a.Port)), nil
+	}
+	return l, a.String(), nil
+}
+
 // serveHTTP serves the node's /metrics (crawl and Temporal SDK metrics,
-// Prometheus text format), /healthz and the page bodies processors fetch
-// by reference, when --metrics-addr is set; and /debug/pprof on its own
-// listener, only when --pprof is set.
+// Prometheus text format) and /healthz on --metrics-addr; the page bodies
+// and batches processors fetch by reference on --bodies-addr, to callers
+// with the node secret; and /debug/pprof on --pprof. Each only when set.
 func serveHTTP(lc fx.Lifecycle, hl httpListener, st *store.Store, log *slog.Logger, m *metrics.Registry) {
-	if hl.l != nil {
+	if hl.metrics != nil {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", m.Handler())
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		serve(lc, hl.metrics, mux, log, "/metrics")
+	}
+	if hl.bodies != nil {
+		mux := http.NewServeMux()
 		mux.Handle(activities.BodyPath, activities.BodyHandler(st))
 		mux.Handle(activities.BatchPath, activities.BatchHandler(st))
-		serve(lc, hl.l, mux, log, "/metrics")
+		serve(lc, hl.bodies, activities.RequireSecret(hl.secret, mux), log, activities.BodyPath)
 	}
 	if hl.pprof != nil {
 		mux := http.NewServeMux()

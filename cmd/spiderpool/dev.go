@@ -246,6 +246,15 @@ func (a *app) runDev(ctx context.Context, weights []float64, replicas int, ports
 	if err != nil {
 		return err
 	}
+	// The nodes serve page bodies to processors that present this secret;
+	// dev.env names its file for processors started by hand.
+	secretFile, err := filepath.Abs(filepath.Join(stateDir, "node-secret"))
+	if err != nil {
+		return err
+	}
+	if _, err := config.WriteNodeSecret(secretFile); err != nil {
+		return err
+	}
 	var procs []*exec.Cmd
 	var wg sync.WaitGroup
 	defer func() {
@@ -268,7 +277,7 @@ func (a *app) runDev(ctx context.Context, weights []float64, replicas int, ports
 		// the dev server busy for more than the default 5 s.
 		args := []string{"worker", "--node", id, "--weight", strconv.FormatFloat(w, 'g', -1, 64),
 			"--log-level", cfg.LogLevel, "--allow-private-networks", "--connect-timeout", "30s",
-			"--replicas", strconv.Itoa(replicas)}
+			"--replicas", strconv.Itoa(replicas), "--bodies-addr", "127.0.0.1:0"}
 		var metricsURL string
 		if ports.metrics > 0 {
 			port := ports.metrics + i
@@ -286,7 +295,8 @@ func (a *app) runDev(ctx context.Context, weights []float64, replicas int, ports
 			config.EnvDatabaseURL+"="+cfg.DatabaseURL,
 			config.EnvTemporalAddress+"="+cfg.TemporalAddress,
 			config.EnvNamespace+"="+cfg.Namespace,
-			config.EnvControlQueue+"="+cfg.ControlQueue)
+			config.EnvControlQueue+"="+cfg.ControlQueue,
+			config.EnvNodeSecretFile+"="+secretFile)
 		if cfg.From.TemporalAddress == "default" {
 			// The dev server started above speaks plain gRPC, whatever TLS
 			// or API key the environment or a temporal CLI profile holds.
@@ -318,8 +328,9 @@ func (a *app) runDev(ctx context.Context, weights []float64, replicas int, ports
 		return err
 	}
 	envFile := filepath.Join(stateDir, "dev.env")
-	env := fmt.Sprintf("export %s=%q\nexport %s=%q\nexport %s=%q\n", config.EnvDatabaseURL, cfg.DatabaseURL,
-		config.EnvTemporalAddress, cfg.TemporalAddress, config.EnvControlQueue, cfg.ControlQueue)
+	env := fmt.Sprintf("export %s=%q\nexport %s=%q\nexport %s=%q\nexport %s=%q\n", config.EnvDatabaseURL, cfg.DatabaseURL,
+		config.EnvTemporalAddress, cfg.TemporalAddress, config.EnvControlQueue, cfg.ControlQueue,
+		config.EnvNodeSecretFile, secretFile)
 	if err := os.WriteFile(envFile, []byte(env), 0o644); err != nil {
 		return err
 	}
@@ -338,6 +349,7 @@ func (a *app) runDev(ctx context.Context, weights []float64, replicas int, ports
 	if warcDir != "" {
 		fmt.Printf("  WARC files %s\n", warcDir)
 	}
+	fmt.Printf("  Bodies     on 127.0.0.1, to processors with the node secret in %s\n", secretFile)
 	fmt.Printf("\nIn another shell:  source %s\n", envFile)
 	fmt.Println("  bin/spiderpool campaign start --seed http://127.0.0.1:PORT/ --wait")
 	fmt.Println("Kill a node (kill -9 PID) to watch its hosts move. Ctrl-C stops everything.")

@@ -69,7 +69,7 @@ Try the whole thing locally:  make demo`,
 		},
 	}
 	a.cfg.Flags(root.PersistentFlags())
-	root.AddCommand(a.workerCmd(), a.migrateCmd(), a.devCmd(), a.campaignCmd(), a.configCmd(), versionCmd())
+	root.AddCommand(a.workerCmd(), a.migrateCmd(), a.devCmd(), a.campaignCmd(), a.configCmd(), nodeSecretCmd(), versionCmd())
 	return root
 }
 
@@ -112,6 +112,38 @@ func (a *app) workerCmd() *cobra.Command {
 		},
 	}
 	a.cfg.NodeFlags(cmd.Flags())
+	return cmd
+}
+
+func nodeSecretCmd() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "node-secret --file FILE",
+		Short: "Write a new node secret to FILE (owner-only), unless FILE holds one already",
+		Long: `Nodes serve page bodies and batches (--bodies-addr) only to processors that
+present the node secret as a bearer token. This writes a random one (32
+bytes, hex) to FILE, readable by its owner only; an existing FILE is kept,
+so it is safe to run at every start. Give nodes and processors the same
+file (--node-secret-file, ` + config.EnvNodeSecretFile + `) or its contents (` + config.EnvNodeSecret + `).`,
+		Example: "  spiderpool node-secret --file /etc/spiderpool/node-secret",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return usageError(errors.New("--file: where to write the secret"))
+			}
+			wrote, err := config.WriteNodeSecret(file)
+			if err != nil {
+				return err
+			}
+			if wrote {
+				fmt.Fprintln(cmd.OutOrStdout(), "wrote a new node secret to", file)
+			} else {
+				fmt.Fprintln(cmd.OutOrStdout(), file, "holds a node secret already; kept")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&file, "file", "", "where to write the secret")
 	return cmd
 }
 

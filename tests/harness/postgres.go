@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/spiderpool/spiderpool/config"
 	"github.com/spiderpool/spiderpool/devstack"
 	"github.com/spiderpool/spiderpool/store"
 )
@@ -34,6 +35,12 @@ var (
 // Main runs the package's tests and then stops whatever the harness
 // started. Use it as TestMain: func TestMain(m *testing.M) { harness.Main(m) }.
 func Main(m *testing.M) {
+	// Nodes started by a test serve bodies (--bodies-addr) only to
+	// processors with the node secret: one per test binary, in the
+	// environment, where nodes, processes and processors all read it.
+	if os.Getenv(config.EnvNodeSecret) == "" {
+		os.Setenv(config.EnvNodeSecret, config.NewSecret())
+	}
 	code := m.Run()
 	cleanupMu.Lock()
 	for i := len(cleanups) - 1; i >= 0; i-- {

@@ -1,20 +1,18 @@
 package observability
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/spiderpool/spiderpool/tests/harness"
 )
 
 func readYAML(t *testing.T, rel string, v any) {
@@ -275,39 +273,11 @@ func TestComposeConfigCatchesAnUnknownKey(t *testing.T) {
 // spiderpool settings reach it, nor a .env file.
 func composeConfig(t *testing.T, file string) (string, error) {
 	t.Helper()
-	bin := repoFile(t, "bin/docker-compose")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("docker compose, which validates docker-compose.yml, is not built: %v\n"+
-			"run `make test-tools` (make test does), which builds it from tools/compose", err)
+	stdout, stderr, err := harness.Compose(t, file, "config", "--quiet")
+	if stdout != "" {
+		t.Errorf("docker compose config --quiet printed %q", stdout)
 	}
-	root := repoFile(t, ".")
-	noEnv := filepath.Join(t.TempDir(), "empty.env")
-	if err := os.WriteFile(noEnv, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(bg, time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "--project-directory", root, "--env-file", noEnv, "-f", file, "config", "--quiet")
-	cmd.Dir = root
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "COMPOSE_") && !strings.HasPrefix(kv, "DOCKER_") && !strings.HasPrefix(kv, "SPIDERPOOL_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("docker compose config %s: still running after a minute; stderr %q", file, stderr.String())
-	}
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatalf("docker compose config %s: %v", file, err)
-	}
-	if stdout.Len() > 0 {
-		t.Errorf("docker compose config --quiet printed %q", stdout.String())
-	}
-	return stderr.String(), err
+	return stderr, err
 }
 
 // TestKubernetesManifests: the ServiceMonitor selects the nodes' Service

@@ -156,7 +156,7 @@ func processorStatus(t *testing.T, s *harness.Stack, id string) map[string]store
 // exported items are the shop's products, none missing, none twice.
 func TestGoProcessorItemsEqualTheShop(t *testing.T) {
 	s := harness.NewStack(t)
-	serving := func(c *config.Config) { c.Node.MetricsAddr = "127.0.0.1:0" }
+	serving := func(c *config.Config) { c.Node.BodiesAddr = "127.0.0.1:0" }
 	s.StartNodeWith("a", 1, serving)
 	s.StartNodeWith("b", 1, serving)
 	web, shop := shopWeb(t, 2000, 0)
@@ -292,7 +292,7 @@ func TestProcessorAndFeedingNodeKilled(t *testing.T) {
 	// dead node's references fail over to the live one.
 	nodes := map[string]*harness.NodeProcess{}
 	for _, short := range []string{"a", "b"} {
-		n := s.StartNodeProcess(short, 1, "--metrics-addr", "127.0.0.1:0")
+		n := s.StartNodeProcess(short, 1, "--bodies-addr", "127.0.0.1:0")
 		nodes[n.ID] = n
 	}
 	web, shop := shopWeb(t, 2000, 10*time.Millisecond)
@@ -616,16 +616,22 @@ func TestTypeScriptProcessorMatchesGo(t *testing.T) {
 	built := npm("run", "build")
 	t.Logf("npm ci: %v (0: node_modules was there), tsc: %v", installed.Round(time.Millisecond), built.Round(time.Millisecond))
 
+	// The nodes serve bodies, behind the node secret the harness puts in
+	// the environment, and send every body by reference: the TypeScript
+	// processor gets each from a node, presenting the secret.
 	s := harness.NewStack(t)
-	s.StartNode("a", 1)
-	s.StartNode("b", 1)
+	serving := func(c *config.Config) { c.Node.BodiesAddr = "127.0.0.1:0" }
+	s.StartNodeWith("a", 1, serving)
+	s.StartNodeWith("b", 1, serving)
 	web, shop := shopWeb(t, 2000, 0)
 	queue := s.Name + ".products-ts"
 	cmd := exec.Command("node", filepath.Join(dir, "lib", "worker.js"))
 	cmd.Env = []string{"PROCESSOR_QUEUE=" + queue}
 	s.StartCommand("shop-ts", cmd)
 
-	sum := run(t, s, "shop-ts", shopSpec(web, productsOn(queue)), 5*time.Minute)
+	p := productsOn(queue)
+	p.Bodies = campaign.BodiesReference
+	sum := run(t, s, "shop-ts", shopSpec(web, p), 5*time.Minute)
 	equalTruth(t, shop, items(t, s, "shop-ts", "products"))
 	st := processorStatus(t, s, "shop-ts")["products"]
 	if pages := int64(shop.Pages() + 1); sum.Fetched != pages || st.Processed != pages || st.Failed != 0 {
@@ -651,11 +657,11 @@ func repoRoot(t *testing.T) string {
 // processed once.
 //
 // A batch carries at most 512 KiB of bodies inline: the rest of its pages
-// come by reference, served by the node over HTTP (--metrics-addr), so
+// come by reference, served by the node over HTTP (--bodies-addr), so
 // this also proves the reference path.
 func TestLargeBodiesStayUnderTheTaskLimit(t *testing.T) {
 	s := harness.NewStack(t)
-	s.StartNodeWith("a", 1, func(c *config.Config) { c.Node.MetricsAddr = "127.0.0.1:0" })
+	s.StartNodeWith("a", 1, func(c *config.Config) { c.Node.BodiesAddr = "127.0.0.1:0" })
 	web, err := synthweb.Start(synthweb.Config{Hosts: 2, Pages: 400, LinksPerPage: 3, Seed: 5, PageBytes: 60_000})
 	if err != nil {
 		t.Fatal(err)

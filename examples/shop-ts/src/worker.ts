@@ -6,10 +6,13 @@
 //
 // Environment: TEMPORAL_ADDRESS (default localhost:7233),
 // TEMPORAL_NAMESPACE (default), PROCESSOR_QUEUE (default
-// spiderpool.processor.products).
+// spiderpool.processor.products), and the node secret the nodes serve
+// bodies behind: SPIDERPOOL_NODE_SECRET, or the file
+// SPIDERPOOL_NODE_SECRET_FILE names.
 import { NativeConnection, Worker } from '@temporalio/worker';
 import * as cheerio from 'cheerio';
 import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 
 // What spiderpool sends: campaign.ProcessRequest in Go. A body up to the
 // processor's inline limit comes base64-encoded in `body`; a larger one
@@ -42,11 +45,20 @@ interface PageResult {
   error?: string;
 }
 
+// The node secret, presented as a bearer token: nodes answer 401 without it.
+function nodeSecret(): string {
+  const file = process.env.SPIDERPOOL_NODE_SECRET_FILE;
+  if (file) return readFileSync(file, 'utf8').split('\n')[0].trim();
+  return process.env.SPIDERPOOL_NODE_SECRET ?? '';
+}
+const authorization: Record<string, string> = nodeSecret() ? { Authorization: `Bearer ${nodeSecret()}` } : {};
+
 async function bodyOf(p: ProcessPage): Promise<string> {
   if (p.body !== undefined) return Buffer.from(p.body, 'base64').toString('utf8');
   if (!p.body_ref) return '';
   for (const url of p.body_ref.urls) {
-    const resp = await fetch(url);
+    const resp = await fetch(url, { headers: authorization });
+    if (resp.status === 401) throw new Error(`body of ${p.url}: ${url} wants the node secret (SPIDERPOOL_NODE_SECRET)`);
     if (!resp.ok) continue;
     const bytes = Buffer.from(await resp.arrayBuffer());
     if (createHash('sha256').update(bytes).digest('hex') === p.body_ref.sha256) return bytes.toString('utf8');

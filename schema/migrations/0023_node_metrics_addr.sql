@@ -1,0 +1,11 @@
+-- The node's surface (issue 31, item 1): page bodies and batches move to a
+-- listener of their own (--bodies-addr), open only to callers with the
+-- node secret, while /metrics and /healthz stay where they were
+-- (--metrics-addr). http_addr keeps its meaning for processors, "where to
+-- get bodies", so a node of the previous release lists this release's
+-- nodes at their bodies listener; metrics_addr is where a node serves its
+-- metrics, for tools that scrape the pool (make bench-nodes).
+--
+-- Nullable and set only by this release's nodes: adding it rewrites
+-- nothing, and a node of the previous release registers as before.
+ALTER TABLE nodes ADD COLUMN IF NOT EXISTS metrics_addr text;
