@@ -217,6 +217,8 @@ func (c *Control) RecordRingChanges(ctx context.Context, req campaign.RecordRing
 }
 
 // FinishCampaign records the outcome and returns the summary from Postgres.
+// A campaign that ended other than completed keeps no page body (see
+// store.FinishCampaign).
 func (c *Control) FinishCampaign(ctx context.Context, req campaign.FinishRequest) (campaign.Summary, error) {
 	if req.ExcludeRest != "" {
 		n, err := c.Store.ExcludePending(ctx, req.CampaignKey, req.ExcludeRest)
@@ -245,6 +247,10 @@ func (c *Control) FinishCampaign(ctx context.Context, req campaign.FinishRequest
 		case n > 0:
 			c.Log.Warn("chunks no processor waited for were left; dropped", "campaign", sum.CampaignID, "chunks", n)
 		}
+	}
+	if sum.Unprocessed > 0 {
+		c.Log.Info("pages some processor had not taken go back to pending, their bodies dropped; the campaign started again fetches them",
+			"campaign", sum.CampaignID, "outcome", sum.Outcome, "pages", sum.Unprocessed)
 	}
 	c.Log.Info("campaign finished", "campaign", sum.CampaignID, "outcome", sum.Outcome, "fetched", sum.Fetched,
 		"failed", sum.Failed, "excluded", sum.Excluded, "pages_per_second", fmt.Sprintf("%.1f", sum.PagesPerSecond))

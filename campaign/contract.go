@@ -451,6 +451,12 @@ type Summary struct {
 	Seconds        float64          `json:"seconds"`
 	PagesPerSecond float64          `json:"pages_per_second"`
 	Runs           int              `json:"runs"`
+	// Unprocessed counts the fetched pages that some processor had still
+	// to take when the campaign ended other than completed: their bodies
+	// were dropped with the rest, and their URLs went back to pending
+	// (counted above as they were before), so a run started again under
+	// the campaign's ID fetches them and delivers them then.
+	Unprocessed int64 `json:"unprocessed,omitempty"`
 }
 
 // Counters are the workflow's running totals, from batch results.

@@ -87,9 +87,19 @@ func (s *Store) ExcludePending(ctx context.Context, key int64, reason string) (i
 
 // Summarize counts the campaign's frontier and pages.
 func (s *Store) Summarize(ctx context.Context, key int64) (campaign.Summary, error) {
+	return summarize(ctx, s.pool, key)
+}
+
+// rowQuerier runs queries: the pool, or a transaction.
+type rowQuerier interface {
+	querier
+	QueryRow(context.Context, string, ...any) pgx.Row
+}
+
+func summarize(ctx context.Context, q rowQuerier, key int64) (campaign.Summary, error) {
 	var sum campaign.Summary
 	var finished *time.Time
-	err := s.pool.QueryRow(ctx, `SELECT id, started_at, finished_at FROM campaigns WHERE key = $1`, key).
+	err := q.QueryRow(ctx, `SELECT id, started_at, finished_at FROM campaigns WHERE key = $1`, key).
 		Scan(&sum.CampaignID, &sum.StartedAt, &finished)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return sum, fmt.Errorf("campaign %d: %w", key, ErrNoCampaign)
@@ -97,7 +107,7 @@ func (s *Store) Summarize(ctx context.Context, key int64) (campaign.Summary, err
 	if err != nil {
 		return sum, fmt.Errorf("summarize campaign %d: %w", key, err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT state::text, count(*) FROM frontier WHERE campaign = $1 GROUP BY state`, key)
+	rows, err := q.Query(ctx, `SELECT state::text, count(*) FROM frontier WHERE campaign = $1 GROUP BY state`, key)
 	if err != nil {
 		return sum, fmt.Errorf("summarize campaign %d: %w", key, err)
 	}
@@ -126,7 +136,7 @@ func (s *Store) Summarize(ctx context.Context, key int64) (campaign.Summary, err
 		return sum, err
 	}
 	sum.PerNode = map[string]int64{}
-	rows, err = s.pool.Query(ctx, `
+	rows, err = q.Query(ctx, `
 		SELECT node, count(*), coalesce(sum(content_length), 0), max(fetched_at)
 		FROM pages WHERE campaign = $1 GROUP BY node ORDER BY node`, key)
 	if err != nil {
@@ -166,25 +176,118 @@ func (s *Store) Summarize(ctx context.Context, key int64) (campaign.Summary, err
 }
 
 // FinishCampaign records the outcome and summary and returns the summary.
+//
+// A campaign that ends other than completed keeps nothing for its
+// processors (dropBodies): their pages are private content, and no run
+// will deliver them from there. Its summary is computed first, so it
+// tells the run as it ended; a retry of the finish answers with the
+// summary stored. All of it is one transaction.
 func (s *Store) FinishCampaign(ctx context.Context, key int64, outcome string, runs int) (campaign.Summary, error) {
-	if _, err := s.pool.Exec(ctx, `
-		WITH c AS (UPDATE campaigns SET finished_at = now(), status = $2 WHERE key = $1 RETURNING key)
-		SELECT pg_notify($3, key::text)::text FROM c`, key, outcome, PolicyChannel); err != nil {
+	var sum campaign.Summary
+	err := s.retryTx(ctx, func(tx pgx.Tx) error {
+		var (
+			status       string
+			stored, spec []byte
+		)
+		err := tx.QueryRow(ctx, `SELECT status, summary, spec FROM campaigns WHERE key = $1 FOR NO KEY UPDATE`, key).
+			Scan(&status, &stored, &spec)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("campaign %d: %w", key, ErrNoCampaign)
+		}
+		if err != nil {
+			return err
+		}
+		dropping := outcome != campaign.OutcomeCompleted
+		if dropping && status == outcome && stored != nil {
+			// This finish, retried after it committed: its bodies are
+			// gone, and its pages back to pending, so only the summary
+			// stored tells the run as it ended. (A run started again
+			// under the ID set the status back to running.)
+			sum = campaign.Summary{}
+			return json.Unmarshal(stored, &sum)
+		}
+		if _, err := tx.Exec(ctx, `
+			WITH c AS (UPDATE campaigns SET finished_at = now(), status = $2 WHERE key = $1 RETURNING key)
+			SELECT pg_notify($3, key::text)::text FROM c`, key, outcome, PolicyChannel); err != nil {
+			return err
+		}
+		if sum, err = summarize(ctx, tx, key); err != nil {
+			return err
+		}
+		sum.Outcome, sum.Runs = outcome, runs
+		if dropping {
+			decoded, err := campaign.DecodeSpec(spec)
+			if err != nil {
+				return fmt.Errorf("stored spec: %w", err)
+			}
+			if sum.Unprocessed, err = dropBodies(ctx, tx, key, outcome, len(decoded.Processors) > 0); err != nil {
+				return fmt.Errorf("drop the bodies kept for processors: %w", err)
+			}
+		}
+		doc, err := json.Marshal(sum)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE campaigns SET summary = $2 WHERE key = $1`, key, doc)
+		return err
+	})
+	if err != nil {
 		return campaign.Summary{}, fmt.Errorf("finish campaign %d: %w", key, err)
 	}
-	sum, err := s.Summarize(ctx, key)
-	if err != nil {
-		return sum, err
-	}
-	sum.Outcome, sum.Runs = outcome, runs
-	doc, err := json.Marshal(sum)
-	if err != nil {
-		return sum, err
-	}
-	if _, err := s.pool.Exec(ctx, `UPDATE campaigns SET summary = $2 WHERE key = $1`, key, doc); err != nil {
-		return sum, fmt.Errorf("store summary of campaign %d: %w", key, err)
-	}
 	return sum, nil
+}
+
+// dropBodies drops every body a campaign keeps for its processors, of
+// every generation (body_chunks, page_bodies), with the pages waiting for
+// them and the batches out. A page that some processor had still to take
+// goes back to pending, its attempts reset and the reason in last_error,
+// so that a run started again under the campaign's ID fetches it and
+// delivers it then; it says how many. Pages every processor took stay as
+// they are, and so do failed deliveries, which are records.
+//
+// With fence (the campaign has processors), URLs still leased go back to
+// pending first: a node fetching them when the campaign ended commits
+// after this, and its commit, holding them no longer, records nothing and
+// keeps no body. Otherwise its bodies would come after the drop and stay.
+// A commit under way waits on the rows, and is then dropped with the rest.
+func dropBodies(ctx context.Context, tx pgx.Tx, key int64, outcome string, fence bool) (int64, error) {
+	if fence {
+		if _, err := tx.Exec(ctx, `
+			UPDATE frontier SET state = 'pending', lease_id = NULL, lease_holder = NULL, lease_expires_at = NULL
+			WHERE campaign = $1 AND state = 'leased'`, key); err != nil {
+			return 0, err
+		}
+	}
+	tag, err := tx.Exec(ctx, `
+		WITH undone AS (
+			SELECT url_id AS id FROM deliveries WHERE campaign = $1 AND state IN ('pending', 'leased')
+			UNION SELECT unnest(ids) FROM delivery_batches WHERE campaign = $1 AND ids IS NOT NULL
+			UNION SELECT unnest(ids) FROM chunk_deliveries WHERE campaign = $1
+		)
+		UPDATE frontier f SET state = 'pending', attempts = 0, next_attempt_at = now(), finished_at = NULL,
+		       last_error = $2, lease_id = NULL, lease_holder = NULL, lease_expires_at = NULL
+		FROM undone
+		WHERE f.id = undone.id AND f.campaign = $1 AND f.state <> 'pending'`,
+		key, bodyDroppedReason(outcome))
+	if err != nil {
+		return 0, err
+	}
+	for _, table := range []string{"deliveries", "delivery_batches", "chunk_deliveries", "body_chunks", "page_bodies"} {
+		q := `DELETE FROM ` + table + ` WHERE campaign = $1`
+		if table == "deliveries" {
+			q += ` AND state IN ('pending', 'leased')`
+		}
+		if _, err := tx.Exec(ctx, q, key); err != nil {
+			return 0, fmt.Errorf("%s: %w", table, err)
+		}
+	}
+	return tag.RowsAffected(), nil
+}
+
+// bodyDroppedReason is the last_error of a page put back to pending when
+// its campaign ended with outcome before every processor took it.
+func bodyDroppedReason(outcome string) string {
+	return "body dropped: campaign " + outcome + " before every processor took the page; fetched again if the campaign is started again"
 }
 
 // RetryFailed puts a campaign's failed URLs back to pending with their

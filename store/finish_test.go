@@ -1,0 +1,209 @@
+package store_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/store"
+	"github.com/spiderpool/spiderpool/tests/harness"
+)
+
+// processedCampaign starts a campaign of a.test whose processors are p
+// and q, leases its 10 URLs and claims them all for holder n1; it says
+// the URLs in lease order.
+func processedCampaign(t *testing.T, s *store.Store, edit func(*campaign.Spec)) (key int64, n1 string, all []int64, claimed []store.ClaimedURL) {
+	t.Helper()
+	spec := campaign.Spec{Seeds: []string{"http://a.test/"}, Processors: []campaign.Processor{
+		{Name: "p", TaskQueue: "p", Activity: "p"}, {Name: "q", TaskQueue: "q", Activity: "q"}}}
+	if edit != nil {
+		edit(&spec)
+	}
+	spec, err := spec.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key, _, err = s.CreateCampaign(ctx, t.Name(), spec); err != nil {
+		t.Fatal(err)
+	}
+	n1 = holder(t, s, "n1", "1")
+	var raw []string
+	for i := range 10 {
+		raw = append(raw, fmt.Sprintf("http://a.test/%d", i))
+	}
+	if _, err := s.InsertURLs(ctx, key, urls(t, raw...)); err != nil {
+		t.Fatal(err)
+	}
+	l := leaseAll(t, s, key, 10, 10)
+	all = ids(l)
+	if claimed, err = s.Claim(ctx, key, l.LeaseID, all, n1, "n1", time.Minute); err != nil || len(claimed) != len(all) {
+		t.Fatalf("claimed %d of %d (%v)", len(claimed), len(all), err)
+	}
+	return key, n1, all, claimed
+}
+
+// fetchedFor is the outcome of a claimed URL fetched for processors p and
+// q, its body kept in a chunk or (chunked false) in page_bodies.
+func fetchedFor(c store.ClaimedURL, chunked bool) store.Outcome {
+	return store.Outcome{ID: c.ID, State: store.Fetched, Attempted: true, Status: 200,
+		Page: &store.Page{Status: 200, ContentType: "text/html", FetchedAt: time.Now()},
+		Body: &store.PageBody{Processors: []string{"p", "q"}, URL: c.URL, Depth: c.Depth, FinalURL: c.URL,
+			Status: 200, Header: http.Header{"Etag": {"x"}}, ContentType: "text/html", FetchedAt: time.Now(),
+			Body: []byte(fmt.Sprint("private body ", c.ID)), Chunked: chunked}}
+}
+
+// bodyRowsOf counts what a campaign still keeps for processors: bodies
+// of every generation, and pages waiting or out in batches.
+func bodyRowsOf(t *testing.T, s *store.Store, key int64) string {
+	t.Helper()
+	var chunks, bodies, waiting, batches int
+	if err := s.Pool().QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM body_chunks WHERE campaign = $1),
+		       (SELECT count(*) FROM page_bodies WHERE campaign = $1),
+		       (SELECT count(*) FROM deliveries WHERE campaign = $1 AND state IN ('pending', 'leased'))
+		         + (SELECT count(*) FROM chunk_deliveries WHERE campaign = $1),
+		       (SELECT count(*) FROM delivery_batches WHERE campaign = $1)`, key).
+		Scan(&chunks, &bodies, &waiting, &batches); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%d chunks, %d page_bodies, %d deliveries waiting, %d batches out", chunks, bodies, waiting, batches)
+}
+
+// TestCancelledCampaignDropsItsBodies: a campaign that ends other than
+// completed keeps no page body, of any generation, nor anything waiting
+// for a processor. Its pages that some processor had still to take go
+// back to pending with the reason, so a run under the same ID fetches and
+// delivers them again; the pages every processor took stay fetched. The
+// summary is the run's as it ended, the requeued pages counted apart,
+// and a retried finish answers the same. A node's commit that lands
+// after the finish records nothing and keeps no body.
+func TestCancelledCampaignDropsItsBodies(t *testing.T) {
+	s := harness.OpenStore(t)
+	key, n1, all, claimed := processedCampaign(t, s, nil)
+	commit := func(want int, outs ...store.Outcome) {
+		t.Helper()
+		res, err := s.Commit(ctx, key, n1, "n1", outs, nil)
+		if err != nil || len(res.Accepted) != want {
+			t.Fatalf("commit accepted %v (%v), want %d pages", res.Accepted, err, want)
+		}
+	}
+	// Pages 0-5 in a chunk, page 6 in page_bodies (a node not yet
+	// upgraded); 7-9 are still being fetched when the campaign ends.
+	var chunked []store.Outcome
+	for _, c := range claimed[:6] {
+		chunked = append(chunked, fetchedFor(c, true))
+	}
+	commit(6, chunked...)
+	commit(1, fetchedFor(claimed[6], false))
+
+	// Both processors take and store pages 0-2; q has page 6 out in a
+	// batch, and 3 and 4 in another; p has 3-5 still to take, q 5.
+	lease := func(proc string, seq int64, max int, storeToo bool) {
+		t.Helper()
+		l := store.Lease{CampaignKey: key, CampaignID: t.Name(), Processor: proc, ID: 1<<32 | seq, Held: true}
+		got, err := s.LeaseDeliveries(ctx, l, max, 1<<10, 1<<20, 100)
+		if err != nil || len(got.Pages) != max {
+			t.Fatalf("lease for %s: %d pages (%v), want %d", proc, len(got.Pages), err, max)
+		}
+		if !storeToo {
+			return
+		}
+		var done []store.Processed
+		for _, p := range got.Pages {
+			done = append(done, store.Processed{ID: p.ID})
+		}
+		if n, err := s.StoreProcessed(ctx, l, done); err != nil || n != max {
+			t.Fatalf("store %s's batch: %d (%v)", proc, n, err)
+		}
+	}
+	lease("p", 1, 1, true)  // page 6, in page_bodies: those go first
+	lease("p", 2, 3, true)  // 0-2
+	lease("q", 3, 1, false) // page 6
+	lease("q", 4, 3, true)  // 0-2
+	lease("q", 5, 2, false) // 3 and 4
+
+	sum, err := s.FinishCampaign(ctx, key, campaign.OutcomeCancelled, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := bodyRowsOf(t, s, key); got != "0 chunks, 0 page_bodies, 0 deliveries waiting, 0 batches out" {
+		t.Errorf("after the cancelled finish: %s; want nothing kept", got)
+	}
+	// The summary is the run's as it ended: 7 fetched, 3 leased.
+	if sum.Outcome != campaign.OutcomeCancelled || sum.Fetched != 7 || sum.Leased != 3 || sum.Pending != 0 || sum.Unprocessed != 4 {
+		t.Errorf("summary %+v: want cancelled, 7 fetched, 3 leased, 4 unprocessed", sum)
+	}
+	states := func() string {
+		t.Helper()
+		var out []string
+		for _, id := range all {
+			var state, reason string
+			if err := s.Pool().QueryRow(ctx, `SELECT state::text, coalesce(last_error, '') FROM frontier WHERE id = $1`, id).
+				Scan(&state, &reason); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(reason, "body dropped: campaign cancelled") {
+				state += " (body dropped)"
+			}
+			out = append(out, state)
+		}
+		return strings.Join(out, ", ")
+	}
+	want := "fetched, fetched, fetched, " + strings.Repeat("pending (body dropped), ", 4) + "pending, pending, pending"
+	if got := states(); got != want {
+		t.Errorf("frontier after the finish:\n%s\nwant:\n%s", got, want)
+	}
+	st, err := s.ProcessorStatus(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for proc, processed := range map[string]int64{"p": 4, "q": 3} {
+		if c := st[proc]; c.Pending != 0 || c.Leased != 0 || c.Processed != processed {
+			t.Errorf("processor %s after the finish: %+v, want %d processed, nothing waiting", proc, c, processed)
+		}
+	}
+
+	// The activity retried after its commit: the same summary.
+	again, err := s.FinishCampaign(ctx, key, campaign.OutcomeCancelled, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(again.Fetched, again.Pending, again.Leased, again.Unprocessed) != fmt.Sprint(sum.Fetched, sum.Pending, sum.Leased, sum.Unprocessed) {
+		t.Errorf("retried finish: %+v, want the first's %+v", again, sum)
+	}
+
+	// n1 was still fetching 7-9: its commit comes after the finish.
+	commit(0, fetchedFor(claimed[7], true), fetchedFor(claimed[8], false))
+	if got := bodyRowsOf(t, s, key); got != "0 chunks, 0 page_bodies, 0 deliveries waiting, 0 batches out" {
+		t.Errorf("after a commit that came late: %s; want nothing kept", got)
+	}
+
+	// Started again under its ID, the campaign fetches what went back.
+	spec, err := s.CampaignSpec(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, existed, err := s.CreateCampaign(ctx, t.Name(), spec); err != nil || !existed {
+		t.Fatalf("start again: existed %v, %v", existed, err)
+	}
+	l := leaseAll(t, s, key, 20, 20)
+	if got, want := ids(l), all[3:]; len(got) != len(want) || !containsAll(got, want) {
+		t.Errorf("the run started again leased %v, want %v", got, want)
+	}
+}
+
+func containsAll(got, want []int64) bool {
+	in := map[int64]bool{}
+	for _, id := range got {
+		in[id] = true
+	}
+	for _, id := range want {
+		if !in[id] {
+			return false
+		}
+	}
+	return true
+}
