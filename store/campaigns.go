@@ -220,7 +220,11 @@ func (s *Store) FinishCampaign(ctx context.Context, key int64, outcome string, r
 			if err != nil {
 				return fmt.Errorf("stored spec: %w", err)
 			}
-			if sum.Unprocessed, err = dropBodies(ctx, tx, key, outcome, len(decoded.Processors) > 0); err != nil {
+			var series string
+			if decoded.Recrawl != nil {
+				series = decoded.Recrawl.Series
+			}
+			if sum.Unprocessed, err = dropBodies(ctx, tx, key, outcome, len(decoded.Processors) > 0, series); err != nil {
 				return fmt.Errorf("drop the bodies kept for processors: %w", err)
 			}
 		}
@@ -250,7 +254,12 @@ func (s *Store) FinishCampaign(ctx context.Context, key int64, outcome string, r
 // after this, and its commit, holding them no longer, records nothing and
 // keeps no body. Otherwise its bodies would come after the drop and stay.
 // A commit under way waits on the rows, and is then dropped with the rest.
-func dropBodies(ctx context.Context, tx pgx.Tx, key int64, outcome string, fence bool) (int64, error) {
+//
+// In a recurring campaign (series set) such a page would be skipped as not
+// due, or answer 304, and reach no processor: its series forgets the fetch
+// of its last version (last_fetched and the validators; its digest and
+// interval stay), so it is due at once and asked unconditionally.
+func dropBodies(ctx context.Context, tx pgx.Tx, key int64, outcome string, fence bool, series string) (int64, error) {
 	if fence {
 		if _, err := tx.Exec(ctx, `
 			UPDATE frontier SET state = 'pending', lease_id = NULL, lease_holder = NULL, lease_expires_at = NULL
@@ -258,7 +267,7 @@ func dropBodies(ctx context.Context, tx pgx.Tx, key int64, outcome string, fence
 			return 0, err
 		}
 	}
-	tag, err := tx.Exec(ctx, `
+	requeued, err := collectIDs(tx.Query(ctx, `
 		WITH undone AS (
 			SELECT url_id AS id FROM deliveries WHERE campaign = $1 AND state IN ('pending', 'leased')
 			UNION SELECT unnest(ids) FROM delivery_batches WHERE campaign = $1 AND ids IS NOT NULL
@@ -267,10 +276,18 @@ func dropBodies(ctx context.Context, tx pgx.Tx, key int64, outcome string, fence
 		UPDATE frontier f SET state = 'pending', attempts = 0, next_attempt_at = now(), finished_at = NULL,
 		       last_error = $2, lease_id = NULL, lease_holder = NULL, lease_expires_at = NULL
 		FROM undone
-		WHERE f.id = undone.id AND f.campaign = $1 AND f.state <> 'pending'`,
-		key, bodyDroppedReason(outcome))
+		WHERE f.id = undone.id AND f.campaign = $1 AND f.state <> 'pending'
+		RETURNING f.fingerprint`,
+		key, bodyDroppedReason(outcome)))
 	if err != nil {
 		return 0, err
+	}
+	if series != "" && len(requeued) > 0 {
+		if _, err := tx.Exec(ctx, `
+			UPDATE url_history SET last_fetched = NULL, etag = NULL, last_modified = NULL
+			WHERE series = $1 AND fingerprint = ANY($2)`, series, requeued); err != nil {
+			return 0, fmt.Errorf("url_history: %w", err)
+		}
 	}
 	for _, table := range []string{"deliveries", "delivery_batches", "chunk_deliveries", "body_chunks", "page_bodies"} {
 		q := `DELETE FROM ` + table + ` WHERE campaign = $1`
@@ -281,7 +298,7 @@ func dropBodies(ctx context.Context, tx pgx.Tx, key int64, outcome string, fence
 			return 0, fmt.Errorf("%s: %w", table, err)
 		}
 	}
-	return tag.RowsAffected(), nil
+	return int64(len(requeued)), nil
 }
 
 // bodyDroppedReason is the last_error of a page put back to pending when

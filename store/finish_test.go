@@ -207,3 +207,62 @@ func containsAll(got, want []int64) bool {
 	}
 	return true
 }
+
+// TestCancelledRecurringCampaignRefetchesItsUnprocessedPages: in a
+// recurring campaign, a page put back to pending because its body was
+// dropped would be skipped again, as not due or not modified, and never
+// reach the processors. Its series forgets the fetch of its last version
+// instead: it is due at once, and asked without validators. A page every
+// processor took keeps its history.
+func TestCancelledRecurringCampaignRefetchesItsUnprocessedPages(t *testing.T) {
+	s := harness.OpenStore(t)
+	const series = "weekly"
+	key, n1, _, claimed := processedCampaign(t, s, func(spec *campaign.Spec) {
+		spec.Recrawl = &campaign.Recrawl{Series: series}
+	})
+	if res, err := s.Commit(ctx, key, n1, "n1", []store.Outcome{fetchedFor(claimed[0], true), fetchedFor(claimed[1], true)}, nil); err != nil || len(res.Accepted) != 2 {
+		t.Fatalf("commit accepted %v (%v), want 2 pages", res.Accepted, err)
+	}
+	fps := map[int64]int64{}
+	for _, c := range claimed[:2] {
+		var fp int64
+		if err := s.Pool().QueryRow(ctx, `SELECT fingerprint FROM frontier WHERE id = $1`, c.ID).Scan(&fp); err != nil {
+			t.Fatal(err)
+		}
+		fps[c.ID] = fp
+		// Seen twice unchanged: its interval is an hour and more, so it is
+		// not due, and it would be asked with its validators.
+		for range 2 {
+			v := store.Visit{Fingerprint: fp, URL: c.URL, Kind: store.VisitFetched, Status: 200,
+				ETag: `"v1"`, LastModified: "Mon, 01 Jun 2026 00:00:00 GMT", Digest: "sha256:1", At: time.Now()}
+			if err := s.RecordVisits(ctx, series, time.Hour, 24*time.Hour, []store.Visit{v}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Both processors take page 0; page 1 waits.
+	for i, proc := range []string{"p", "q"} {
+		l := store.Lease{CampaignKey: key, CampaignID: t.Name(), Processor: proc, ID: 1<<32 | int64(i+1), Held: true}
+		got, err := s.LeaseDeliveries(ctx, l, 1, 1<<10, 1<<20, 100)
+		if err != nil || len(got.Pages) != 1 || got.Pages[0].ID != claimed[0].ID {
+			t.Fatalf("lease for %s: %+v (%v), want page %d", proc, got.Pages, err, claimed[0].ID)
+		}
+		if n, err := s.StoreProcessed(ctx, l, []store.Processed{{ID: claimed[0].ID}}); err != nil || n != 1 {
+			t.Fatalf("store %s's batch: %d (%v)", proc, n, err)
+		}
+	}
+	if sum, err := s.FinishCampaign(ctx, key, campaign.OutcomeCancelled, 1); err != nil || sum.Unprocessed != 1 {
+		t.Fatalf("finish: %+v (%v), want 1 page unprocessed", sum, err)
+	}
+	h, err := s.History(ctx, series, []int64{fps[claimed[0].ID], fps[claimed[1].ID]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if done := h[fps[claimed[0].ID]]; done == nil || done.Due(now) || done.ETag == "" {
+		t.Errorf("history of the page processed: %+v, want it kept (not due, its validators)", done)
+	}
+	if back := h[fps[claimed[1].ID]]; back == nil || !back.Due(now) || back.ETag != "" || back.LastModified != "" || back.Digest == "" {
+		t.Errorf("history of the page put back: %+v, want it due, without validators, its digest kept", back)
+	}
+}
