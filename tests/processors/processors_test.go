@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/api/history/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/config"
@@ -824,5 +825,87 @@ func TestTerminatedBatchChildLosesNoPages(t *testing.T) {
 	pages := int64(shop.Pages() + 1)
 	if st := processorStatus(t, s, id)["stuck"]; sum.Fetched != pages || st.Processed != pages || st.Failed != 0 {
 		t.Errorf("fetched %d, processor %+v: want all %d pages processed, the terminated child's too", sum.Fetched, st, pages)
+	}
+}
+
+// TestCancelledCampaignKeepsNoBodyAndLosesNoPage: issue 31, item 4. A
+// campaign cancelled while its processor is down, every page fetched and
+// waiting for it (in chunks, and in batches out), keeps no body once it
+// ends; started again under its ID with the processor up, it fetches the
+// pages again and the processor gets every page exactly once.
+func TestCancelledCampaignKeepsNoBodyAndLosesNoPage(t *testing.T) {
+	s := harness.NewStack(t)
+	s.StartNode("a", 1)
+	web, shop := shopWeb(t, 100, 0)
+	queue := s.Name + ".late"
+	id := "cancelled-with-bodies"
+	proc := campaign.Processor{Name: "late", TaskQueue: queue, Activity: "late", BatchSize: 20, Window: 2, MaxPending: 1000,
+		Timeout: campaign.Duration(10 * time.Second), Retry: campaign.ProcessorRetry{InitialInterval: campaign.Duration(200 * time.Millisecond)}}
+	spec := shopSpec(web, proc)
+	r, err := s.Campaigns.Start(bg, id, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := int64(shop.Pages() + 1)
+	harness.Eventually(t, 2*time.Minute, "every page fetched and waiting for the processor", func() bool {
+		k, err := s.Store.CampaignKey(bg, id) // none until the campaign's start has run
+		if err != nil {
+			return false
+		}
+		st, err := s.Store.ProcessorStatus(bg, k)
+		return err == nil && st["late"].Pending+st["late"].Leased == pages
+	})
+	if err := s.Campaigns.Cancel(bg, id); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 2*time.Minute)
+	defer cancel()
+	var canceled *temporal.CanceledError
+	if err := r.Get(ctx, nil); !errors.As(err, &canceled) {
+		t.Fatalf("campaign ended with %v, want cancelled", err)
+	}
+	if n := bodiesLeft(t, s, id); n != 0 {
+		t.Errorf("%d page bodies or chunks kept after the campaign was cancelled", n)
+	}
+	if st := processorStatus(t, s, id)["late"]; st.Pending != 0 || st.Leased != 0 {
+		t.Errorf("processor status after the cancel: %+v, want nothing waiting", st)
+	}
+	if got := s.Strings(`SELECT coalesce(summary->>'unprocessed', '0') FROM campaigns WHERE id = $1`, id)[0]; got != fmt.Sprint(pages) {
+		t.Errorf("the stored summary counts %s pages unprocessed, want %d", got, pages)
+	}
+
+	var mu sync.Mutex
+	seen := map[string]int{}
+	p := processor.New("late").Queue(queue).OnPage(func(pg *processor.Page) error {
+		mu.Lock()
+		seen[pg.URL]++
+		mu.Unlock()
+		return nil
+	})
+	pctx, pcancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(pctx, processor.WithClient(s.Client)) }()
+	t.Cleanup(func() { pcancel(); <-done })
+
+	sum := run(t, s, id, spec, 3*time.Minute)
+	if sum.Fetched != pages {
+		t.Errorf("fetched %d pages, want %d", sum.Fetched, pages)
+	}
+	if st := processorStatus(t, s, id)["late"]; st.Processed != pages || st.Failed != 0 {
+		t.Errorf("processor status %+v: want all %d pages processed", st, pages)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var twice []string
+	for u, n := range seen {
+		if n != 1 {
+			twice = append(twice, u)
+		}
+	}
+	if int64(len(seen)) != pages || len(twice) > 0 {
+		t.Errorf("the processor saw %d pages, %d of them more than once (%v); want all %d once", len(seen), len(twice), twice, pages)
+	}
+	if n := bodiesLeft(t, s, id); n != 0 {
+		t.Errorf("%d page bodies or chunks kept after every page was processed", n)
 	}
 }
