@@ -267,7 +267,7 @@ func dropBodies(ctx context.Context, tx pgx.Tx, key int64, outcome string, fence
 			return 0, err
 		}
 	}
-	requeued, err := collectIDs(tx.Query(ctx, `
+	fingerprints, err := collectIDs(tx.Query(ctx, `
 		WITH undone AS (
 			SELECT url_id AS id FROM deliveries WHERE campaign = $1 AND state IN ('pending', 'leased')
 			UNION SELECT unnest(ids) FROM delivery_batches WHERE campaign = $1 AND ids IS NOT NULL
@@ -282,10 +282,10 @@ func dropBodies(ctx context.Context, tx pgx.Tx, key int64, outcome string, fence
 	if err != nil {
 		return 0, err
 	}
-	if series != "" && len(requeued) > 0 {
+	if series != "" && len(fingerprints) > 0 {
 		if _, err := tx.Exec(ctx, `
 			UPDATE url_history SET last_fetched = NULL, etag = NULL, last_modified = NULL
-			WHERE series = $1 AND fingerprint = ANY($2)`, series, requeued); err != nil {
+			WHERE series = $1 AND fingerprint = ANY($2)`, series, fingerprints); err != nil {
 			return 0, fmt.Errorf("url_history: %w", err)
 		}
 	}
@@ -298,7 +298,7 @@ func dropBodies(ctx context.Context, tx pgx.Tx, key int64, outcome string, fence
 			return 0, fmt.Errorf("%s: %w", table, err)
 		}
 	}
-	return int64(len(requeued)), nil
+	return int64(len(fingerprints)), nil
 }
 
 // bodyDroppedReason is the last_error of a page put back to pending when
