@@ -6,10 +6,11 @@
 //
 // Flow control, in short: a host gets work for about Horizon at the rate
 // its politeness allows, and more once half of it is done (store.LeaseHosts);
-// a node has at most window_per_node batches of a campaign in flight; nodes
-// run batches without holding worker slots and heartbeat them, so a batch
-// times out only when its node is dead or cut off, and a node leaves the
-// ring only when its registry heartbeat says so. See ARCHITECTURE.md.
+// a node has at most window_per_node batches of a campaign in flight,
+// written to Postgres, where the node's puller takes them (pool runs; runs
+// started before them schedule a FetchBatch activity per batch); a node
+// leaves the ring only when its registry heartbeat says so. See
+// docs/pool.md and README, "How it works".
 //
 // Workflow code here is deterministic: no I/O, clock, randomness or map
 // iteration order; every side effect is an activity in package activities.
