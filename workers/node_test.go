@@ -60,18 +60,7 @@ func TestBodiesOnlyWithTheSecret(t *testing.T) {
 	}
 	secret := config.NewSecret()
 	t.Setenv(config.EnvNodeSecret, secret)
-	hl, err := listenHTTP(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := metrics.New("n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lc := fxtest.NewLifecycle(t)
-	serveHTTP(lc, hl, nil, slog.New(slog.DiscardHandler), m)
-	lc.RequireStart()
-	t.Cleanup(lc.RequireStop)
+	hl := serveNode(t, cfg)
 	ask := func(addr, path, auth string) int {
 		t.Helper()
 		method, body := http.MethodGet, io.Reader(nil)
@@ -126,25 +115,9 @@ func TestPprofOnlyWhenAskedAndOnLoopback(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	start := func(cfg config.Config) httpListener {
-		t.Helper()
-		hl, err := listenHTTP(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := metrics.New("n1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lc := fxtest.NewLifecycle(t)
-		serveHTTP(lc, hl, nil, slog.New(slog.DiscardHandler), m)
-		lc.RequireStart()
-		t.Cleanup(lc.RequireStop)
-		return hl
-	}
 	var cfg config.Config
 	cfg.Node.ID, cfg.Node.MetricsAddr = "n1", "127.0.0.1:0"
-	hl := start(cfg)
+	hl := serveNode(t, cfg)
 	if code := get("http://" + hl.metrics.Addr().String() + "/debug/pprof/"); code != http.StatusNotFound {
 		t.Errorf("pprof on the metrics listener without --pprof: %d, want 404", code)
 	}
@@ -152,7 +125,7 @@ func TestPprofOnlyWhenAskedAndOnLoopback(t *testing.T) {
 		t.Errorf("a pprof listener without --pprof: %s", hl.pprof.Addr())
 	}
 	cfg.Node.PprofAddr = ":0"
-	hl = start(cfg)
+	hl = serveNode(t, cfg)
 	if a := hl.pprof.Addr().(*net.TCPAddr); !a.IP.IsLoopback() {
 		t.Errorf("--pprof :0 listens on %s, want loopback", a)
 	}
@@ -162,4 +135,24 @@ func TestPprofOnlyWhenAskedAndOnLoopback(t *testing.T) {
 	if code := get("http://" + hl.metrics.Addr().String() + "/debug/pprof/"); code != http.StatusNotFound {
 		t.Errorf("pprof on the metrics listener with --pprof: %d, want 404", code)
 	}
+}
+
+// serveNode opens the node's listeners as cfg says and serves them (with
+// no store: requests that reach it are refused before it is asked) until
+// the test ends.
+func serveNode(t *testing.T, cfg config.Config) httpListener {
+	t.Helper()
+	hl, err := listenHTTP(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := metrics.New("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := fxtest.NewLifecycle(t)
+	serveHTTP(lc, hl, nil, slog.New(slog.DiscardHandler), m)
+	lc.RequireStart()
+	t.Cleanup(lc.RequireStop)
+	return hl
 }
