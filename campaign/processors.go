@@ -62,6 +62,18 @@ type Processor struct {
 	// without any, pages go inline. Empty means "inline", and stays empty
 	// in the normalised spec (see Bodies).
 	Batch string `json:"batch,omitempty"`
+	// Unchanged is what the processor makes, in a recurring campaign
+	// (Spec.Recrawl), of a page that did not change since the run that
+	// last fetched it: one that answered 304 to its validators, or was
+	// not due for a revisit and so not asked at all. "skip" (the
+	// default) sends it nothing, so a run's items cover only the pages
+	// that changed. "last_version" carries into this run, without a
+	// call, the items the processor made of the page's last version (in
+	// the run that fetched it), marked carried_from that run: each run's
+	// items are then complete. A page gone (404, 410) has no version and
+	// carries nothing. Empty means "skip", and stays empty in the
+	// normalised spec (see Bodies).
+	Unchanged string `json:"unchanged,omitempty"`
 	// InlineBodyLimit is the largest body sent inside the request; a
 	// larger one is sent by reference (Page.BodyRef). Default 256 KiB,
 	// at most 512 KiB, the most a batch carries inline.
@@ -117,6 +129,12 @@ const (
 	BodiesReference = "reference"
 	BatchInline     = "inline"
 	BatchReference  = "reference"
+)
+
+// What a processor makes of an unchanged page (Processor.Unchanged).
+const (
+	UnchangedSkip        = "skip"
+	UnchangedLastVersion = "last_version"
 )
 
 var processorName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
@@ -189,6 +207,11 @@ func (s *Spec) normalizeProcessors(add func(error)) {
 		default:
 			add(fieldErr(field("batch"), "want %q or %q, got %q", BatchInline, BatchReference, p.Batch))
 		}
+		switch p.Unchanged {
+		case "", UnchangedSkip, UnchangedLastVersion:
+		default:
+			add(fieldErr(field("unchanged"), "want %q or %q, got %q", UnchangedSkip, UnchangedLastVersion, p.Unchanged))
+		}
 		if p.InlineBodyLimit == 0 {
 			p.InlineBodyLimit = DefaultInlineBodyLimit
 		}
@@ -233,6 +256,9 @@ type PageFilter struct {
 	statuses [][2]int
 	include  []*regexp.Regexp
 	exclude  []*regexp.Regexp
+	// lastVersion: unchanged pages keep the items of their last version
+	// (Processor.Unchanged).
+	lastVersion bool
 }
 
 // CompileFilters builds the page filters of a normalised spec's
@@ -240,7 +266,7 @@ type PageFilter struct {
 func (s Spec) CompileFilters() ([]PageFilter, error) {
 	var out []PageFilter
 	for _, p := range s.Processors {
-		f := PageFilter{Name: p.Name, types: p.ContentTypes}
+		f := PageFilter{Name: p.Name, types: p.ContentTypes, lastVersion: p.Unchanged == UnchangedLastVersion}
 		for _, st := range p.Statuses {
 			lo, hi, ok := statusRange(st)
 			if !ok {
@@ -274,6 +300,18 @@ func (f *PageFilter) Wants(url string, status int, contentType string) bool {
 	if !statusOK || !typeMatches(f.types, contentType) {
 		return false
 	}
+	return f.wantsURL(url)
+}
+
+// KeepsLastVersion says whether a page of this URL that did not change
+// (or was not due) keeps the items of its last version for the processor.
+// Its status and type were judged when that version was fetched: a page
+// the processor did not want then has no items to keep.
+func (f *PageFilter) KeepsLastVersion(url string) bool {
+	return f.lastVersion && f.wantsURL(url)
+}
+
+func (f *PageFilter) wantsURL(url string) bool {
 	if len(f.include) > 0 && !anyMatch(f.include, url) {
 		return false
 	}

@@ -89,6 +89,8 @@ func TestBadSpecsNameTheField(t *testing.T) {
 			"spec.processors[0].bodies", `want "inline" or "reference", got "inlined"`},
 		{`{"seeds":["http://a/"],"processors":[{"name":"p","task_queue":"q","activity":"a","batch":"by-reference"}]}`,
 			"spec.processors[0].batch", `want "inline" or "reference", got "by-reference"`},
+		{`{"seeds":["http://a/"],"processors":[{"name":"p","task_queue":"q","activity":"a","unchanged":"latest"}]}`,
+			"spec.processors[0].unchanged", `want "skip" or "last_version", got "latest"`},
 		{`{"seeds":["http://a/"],"scope":{"priorities":[{"pattern":"(","priority":5}]}}`, "spec.scope.priorities[0].pattern", "want a regular expression"},
 		{`{"seeds":["http://a/"],"scope":{"priorities":[{"pattern":"/news/","priority":5000}]}}`, "spec.scope.priorities[0].priority", "must be -1000..1000"},
 		{`[1,2]`, "spec", "want a JSON object"},
@@ -212,5 +214,41 @@ func TestPeopleStillGetTypoErrors(t *testing.T) {
 	if _, err := DecodeSpec([]byte(`{"seeds":["http://a/"],"retry":{"max_attempts":"3"}}`)); err == nil ||
 		!strings.Contains(err.Error(), "spec.retry.max_attempts: want an integer") {
 		t.Fatalf("DecodeSpec of a wrong type = %v, want it named", err)
+	}
+}
+
+// TestUnchangedPagesKeepTheirLastVersionOnlyWhenAsked: a processor set to
+// "last_version" keeps what it made of a page that did not change (or was
+// not due), its include and exclude still applied; one left alone skips
+// such pages, and its spec stays as written (a campaign started before the
+// field existed replays the same activity inputs).
+func TestUnchangedPagesKeepTheirLastVersionOnlyWhenAsked(t *testing.T) {
+	s, err := normalize(t, `{"seeds":["http://a/"],"processors":[
+		{"name":"prices","task_queue":"q","activity":"a","unchanged":"last_version","exclude":["/cart"]},
+		{"name":"news","task_queue":"q","activity":"a"},
+		{"name":"said","task_queue":"q","activity":"a","unchanged":"skip"}]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{s.Processors[0].Unchanged, s.Processors[1].Unchanged, s.Processors[2].Unchanged}; !slices.Equal(got, []string{"last_version", "", "skip"}) {
+		t.Fatalf("normalised unchanged = %q, want each as written", got)
+	}
+	filters, err := s.CompileFilters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		filter int
+		url    string
+		want   bool
+	}{
+		{0, "http://a/p/1", true},
+		{0, "http://a/cart", false},
+		{1, "http://a/p/1", false},
+		{2, "http://a/p/1", false},
+	} {
+		if got := filters[tc.filter].KeepsLastVersion(tc.url); got != tc.want {
+			t.Errorf("%s keeps the last version of %s: %v, want %v", filters[tc.filter].Name, tc.url, got, tc.want)
+		}
 	}
 }
