@@ -117,6 +117,7 @@ func visitOf(it *item, out outcome, resp *fetch.Response, links []string) *store
 	}
 	v := &store.Visit{
 		Fingerprint: int64(out.self.Fingerprint()), URL: out.self.String, Status: resp.Status, At: time.Now(),
+		Run: it.rules.key,
 	}
 	switch {
 	case resp.Status == http.StatusNotFound || resp.Status == http.StatusGone:

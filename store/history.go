@@ -20,6 +20,10 @@ type URLHistory struct {
 	Gone        bool
 	// SitemapLastMod is the latest <lastmod> a sitemap gave the URL.
 	SitemapLastMod time.Time
+	// VersionRun is the campaign (run of the series) that fetched its
+	// last version, whose items a run that finds it unchanged carries
+	// (see Carry); 0 when none is known.
+	VersionRun int64
 }
 
 // Due says whether a URL seen before is due for a revisit at now: it was
@@ -37,7 +41,7 @@ func (s *Store) History(ctx context.Context, series string, fingerprints []int64
 	rows, err := s.pool.Query(ctx, `
 		SELECT fingerprint, coalesce(etag, ''), coalesce(last_modified, ''), coalesce(digest, ''), links,
 		       first_seen, coalesce(last_fetched, 'epoch'), coalesce(last_changed, first_seen), changes, interval_s,
-		       gone_at IS NOT NULL, coalesce(sitemap_lastmod, 'epoch')
+		       gone_at IS NOT NULL, coalesce(sitemap_lastmod, 'epoch'), coalesce(version_run, 0)
 		FROM url_history WHERE series = $1 AND fingerprint = ANY($2)`, series, fingerprints)
 	if err != nil {
 		return nil, fmt.Errorf("history of series %s: %w", series, err)
@@ -51,7 +55,7 @@ func (s *Store) History(ctx context.Context, series string, fingerprints []int64
 			h        URLHistory
 		)
 		if err := rows.Scan(&fp, &h.ETag, &h.LastModified, &h.Digest, &h.Links, &h.FirstSeen,
-			&h.LastFetched, &h.LastChanged, &h.Changes, &interval, &h.Gone, &h.SitemapLastMod); err != nil {
+			&h.LastFetched, &h.LastChanged, &h.Changes, &interval, &h.Gone, &h.SitemapLastMod, &h.VersionRun); err != nil {
 			return nil, fmt.Errorf("history of series %s: %w", series, err)
 		}
 		if h.LastFetched.Equal(time.Unix(0, 0)) {
@@ -118,6 +122,9 @@ type Visit struct {
 	ETag, LastModified, Digest string
 	Links                      []string
 	At                         time.Time
+	// Run is the campaign that made the visit: a version it fetched is
+	// the URL's VersionRun from then on.
+	Run int64
 }
 
 // RecordVisits adds fetches to their URLs' histories. The history decides
@@ -137,21 +144,23 @@ func (s *Store) RecordVisits(ctx context.Context, series string, min, max time.D
 		urls, kinds, etags, lms, digs = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		statuses                      = make([]int32, n)
 		ats                           = make([]time.Time, n)
+		runs                          = make([]int64, n)
 		links                         = make([]string, n) // each a JSON array: unnest cannot take ragged text[][]
 	)
 	for i, v := range visits {
 		fps[i], urls[i], kinds[i], etags[i], lms[i], digs[i] = v.Fingerprint, v.URL, v.Kind, v.ETag, v.LastModified, v.Digest
-		statuses[i], ats[i] = int32(v.Status), v.At
+		statuses[i], ats[i], runs[i] = int32(v.Status), v.At, v.Run
 		links[i] = jsonStrings(v.Links)
 	}
 	_, err := s.pool.Exec(ctx, `
 		INSERT INTO url_history AS h (series, fingerprint, url, etag, last_modified, digest, links,
-		                              first_seen, last_fetched, last_changed, last_status, gone_at)
+		                              first_seen, last_fetched, last_changed, last_status, gone_at, version_run)
 		SELECT $1, v.fp, v.url, nullif(v.etag, ''), nullif(v.lm, ''), nullif(v.dig, ''),
 		       CASE WHEN v.kind = 'fetched' THEN ARRAY(SELECT jsonb_array_elements_text(v.links::jsonb)) ELSE '{}' END,
-		       v.at, v.at, v.at, v.status, CASE WHEN v.kind = 'gone' THEN v.at END
-		FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[], $10::timestamptz[])
-		     AS v(fp, url, kind, etag, lm, dig, links, status, at)
+		       v.at, v.at, v.at, v.status, CASE WHEN v.kind = 'gone' THEN v.at END,
+		       CASE WHEN v.kind = 'fetched' THEN nullif(v.run, 0) END
+		FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[], $10::timestamptz[], $13::bigint[])
+		     AS v(fp, url, kind, etag, lm, dig, links, status, at, run)
 		ON CONFLICT (series, fingerprint) DO UPDATE SET
 		    url = excluded.url,
 		    last_fetched = excluded.last_fetched,
@@ -161,6 +170,10 @@ func (s *Store) RecordVisits(ctx context.Context, series string, min, max time.D
 		    last_modified = CASE WHEN excluded.gone_at IS NULL AND excluded.digest IS NOT NULL THEN excluded.last_modified ELSE h.last_modified END,
 		    digest = coalesce(excluded.digest, h.digest),
 		    links = CASE WHEN excluded.digest IS NOT NULL THEN excluded.links ELSE h.links END,
+		    -- the run that fetched the version a 304 stands for stays; a
+		    -- gone URL has no version
+		    version_run = CASE WHEN excluded.digest IS NOT NULL THEN excluded.version_run
+		                       WHEN excluded.gone_at IS NOT NULL THEN NULL ELSE h.version_run END,
 		    changes = h.changes + (excluded.digest IS NOT NULL AND h.digest IS NOT NULL AND excluded.digest <> h.digest)::int,
 		    last_changed = CASE WHEN excluded.digest IS NOT NULL AND excluded.digest IS DISTINCT FROM h.digest
 		                        THEN excluded.last_fetched ELSE h.last_changed END,
@@ -172,7 +185,7 @@ func (s *Store) RecordVisits(ctx context.Context, series string, min, max time.D
 		        ELSE least($12::bigint, (greatest(h.interval_s, $11::bigint) * 1.4)::bigint)
 		    END`,
 		series, fps, urls, kinds, etags, lms, digs, links, statuses, ats,
-		int64(min/time.Second), int64(max/time.Second))
+		int64(min/time.Second), int64(max/time.Second), runs)
 	if err != nil {
 		return fmt.Errorf("record %d visits of series %s: %w", n, series, err)
 	}
