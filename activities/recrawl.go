@@ -14,7 +14,8 @@ import (
 // Recurring campaigns (issue 15): a campaign of a series fetches each URL
 // conditionally on the validators of the version earlier runs saw, skips
 // one not yet due for a revisit, and follows the links of the last
-// version of a page that did not change.
+// version of a page that did not change; processors that ask for it keep
+// the items of that version (carry).
 
 // histories reads what the campaign's series saw of the claimed URLs, by
 // URL ID. Without a series, or without Postgres for it, there is none:
@@ -61,6 +62,7 @@ func (f *Fetch) notDue(it *item, out outcome) (outcome, bool) {
 	out.o.Error = fmt.Sprintf("recrawl: not due for a revisit until %s (interval %s, last fetched %s)",
 		h.LastFetched.Add(h.Interval).UTC().Format(time.RFC3339), h.Interval, h.LastFetched.UTC().Format(time.RFC3339))
 	out.links = f.keptLinks(it, out.self, h.Links)
+	out.o.Carry = it.rules.carry(out.self, h)
 	return out, true
 }
 
@@ -82,6 +84,7 @@ func (f *Fetch) notModified(it *item, out outcome, resp *fetch.Response) outcome
 		Status: resp.Status, Digest: h.Digest, Links: len(h.Links), FetchedAt: time.Now(), Duration: resp.Duration,
 	}
 	out.links = f.keptLinks(it, out.self, h.Links)
+	out.o.Carry = it.rules.carry(out.self, h)
 	if out.exchange != nil { // archived as a revisit of the version it stands for
 		changed := h.LastChanged
 		out.exchange.NotModified = &changed
@@ -91,6 +94,28 @@ func (f *Fetch) notModified(it *item, out outcome, resp *fetch.Response) outcome
 		Status: resp.Status, At: out.o.Page.FetchedAt,
 	}
 	return out
+}
+
+// carry is what a page settled unchanged keeps of its last version: the
+// items that the processors set to "last_version" made of it in the run
+// that fetched it, copied when its outcome is committed. Copying the
+// items, rather than sending the processor the version again, fetches
+// nothing twice and keeps no body past its own run: the processor would
+// return the same items of the same bytes. A gone URL has no version.
+func (r *rules) carry(self crawl.URL, h *store.URLHistory) *store.Carry {
+	if h.Gone || h.VersionRun == 0 || h.VersionRun == r.key || h.Digest == "" {
+		return nil
+	}
+	var names []string
+	for i := range r.filters {
+		if r.filters[i].KeepsLastVersion(self.String) {
+			names = append(names, r.filters[i].Name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return &store.Carry{From: h.VersionRun, Digest: h.Digest, Processors: names}
 }
 
 // keptLinks admits the links of a page's last version, one hop deeper.

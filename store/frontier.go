@@ -668,6 +668,10 @@ type Outcome struct {
 	// Body, on a Fetched URL that processors want, is kept for them with
 	// one delivery per processor, in the same transaction as the outcome.
 	Body *PageBody
+	// Carry, on a URL settled unchanged (304, or not due) in a recurring
+	// campaign, copies the items of its last version into this run, in
+	// the same transaction as the outcome.
+	Carry *Carry
 	// Holder and Node, when set, are the holder the URL is recorded for
 	// and the node that fetched it, instead of the commit's: a process
 	// running many node identities commits them together.
@@ -738,6 +742,7 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 		pNoIndex, pNoFollow, pNoArchive  []bool
 		pCanonical, pCharset, pNode      []string
 		bodies                           bodyRows
+		carries                          carryRows
 	)
 	for i, o := range outcomes {
 		ids[i], states[i], retryMs[i] = o.ID, o.State, o.RetryIn.Milliseconds()
@@ -750,6 +755,9 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 		}
 		if o.Error != "" {
 			errs[i] = &outcomes[i].Error
+		}
+		if o.Carry != nil {
+			carries.add(o.ID, o.Carry)
 		}
 		if p := o.Page; p != nil && o.State == Fetched {
 			pIDs = append(pIDs, o.ID)
@@ -781,13 +789,15 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 		pNoIndex, pNoFollow, pNoArchive, pCanonical, pCharset}
 	var res CommitResult
 	err := s.retry(ctx, func() (err error) {
-		if bodies.empty() { // one statement, so atomic without a transaction round trip
+		if bodies.empty() && carries.empty() { // one statement, so atomic without a transaction round trip
 			res.Accepted, err = readAccepted(s.pool.Query(ctx, outcomesSQL+` SELECT id FROM u`, args...))
 			return err
 		}
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
-			res.Accepted, err = bodies.commit(ctx, tx, args)
-			return err
+			if res.Accepted, err = bodies.commit(ctx, tx, args); err != nil {
+				return err
+			}
+			return carries.commit(ctx, tx, campaignKey, res.Accepted)
 		})
 	})
 	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == uniqueViolation {
@@ -800,6 +810,9 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 					append(args, bodies.args()...)...))
 				if err == nil {
 					_, err = bodies.writeChunks(ctx, tx, campaignKey, res.Accepted)
+				}
+				if err == nil {
+					err = carries.commit(ctx, tx, campaignKey, res.Accepted)
 				}
 				return err
 			})
