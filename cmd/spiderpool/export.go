@@ -37,7 +37,9 @@ campaign exports in flat memory. Page bodies are in the nodes' WARC files.
 
 --items writes instead the items the campaign's processors returned, one
 {"processor", "url", "item"} object a line, by processor and page;
---processor NAME keeps one processor's.
+--processor NAME keeps one processor's. In a recurring campaign, an item
+of a page that did not change, kept for a processor with "unchanged":
+"last_version", also has "carried_from": the run that fetched its version.
 
 --format cdxj writes a CDXJ index of the campaign's WARC files (one line a
 response or revisit record: SURT key, timestamp, URL, type, status,
