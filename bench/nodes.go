@@ -115,6 +115,13 @@ type poolResult struct {
 	EventsPer1000     float64 `json:"history_events_per_1000_pages"`
 	ActivitiesPer1000 float64 `json:"activities_per_1000_pages"`
 	LocalPer1000      float64 `json:"local_activities_per_1000_pages"`
+	// TaskTimeouts and TaskFailures are the campaign's workflow tasks that
+	// timed out or failed; StallSeconds the longest quiet in its history
+	// (no event), beginning StallAt seconds after its start.
+	TaskTimeouts int     `json:"workflow_task_timeouts"`
+	TaskFailures int     `json:"workflow_task_failures"`
+	StallSeconds float64 `json:"longest_history_stall_seconds"`
+	StallAt      float64 `json:"longest_history_stall_at_seconds"`
 	// WorkflowTask and Lease are latencies from the nodes' SDK metrics, in
 	// milliseconds: a campaign workflow task's execution, and a LeaseHosts
 	// local activity's.
@@ -213,7 +220,7 @@ func runNodes(args []string) error {
 		pgLog = io.MultiWriter(refused, f)
 	}
 	st, err := startStackWith(*bin, nodePlan{}, stackOptions{
-		pgSettings: []string{"max_connections=100"}, pgbouncer: true, pgOutput: pgLog,
+		pgSettings: append([]string{"max_connections=100"}, strings.Fields(os.Getenv("BENCH_PG_SETTINGS"))...), pgbouncer: true, pgOutput: pgLog,
 	})
 	if err != nil {
 		return err
@@ -394,6 +401,8 @@ func (s *stack) poolRun(p poolPlan, pc poolCampaign, refused *refusals) (poolRes
 	res.EventsPer1000 = per1000(cost.Events, res.Pages)
 	res.ActivitiesPer1000 = per1000(cost.Activities, res.Pages)
 	res.LocalPer1000 = per1000(cost.LocalActivities, res.Pages)
+	res.TaskTimeouts, res.TaskFailures = cost.TaskTimeouts, cost.TaskFailures
+	res.StallSeconds, res.StallAt = cost.Stall.Seconds(), cost.StallAt.Seconds()
 	res.PGXactsPer1000 = per1000(int(dbAfter.xacts-dbBefore.xacts), res.Pages)
 	res.PGRowsPer1000 = per1000(int(dbAfter.rows-dbBefore.rows), res.Pages)
 	res.WorkflowTask, res.Lease = nodes.sdkLatencies(ctx)
@@ -403,6 +412,8 @@ func (s *stack) poolRun(p poolPlan, pc poolCampaign, refused *refusals) (poolRes
 	fmt.Printf("  %d pages in %.1fs: %.1f%% of the bound; %.0f events, %.1f activities per 1,000 pages; %d duplicates, %d missed; Postgres connections at most %d, %d refused\n",
 		res.Pages, res.Seconds, 100*res.Efficiency, res.EventsPer1000, res.ActivitiesPer1000, res.Duplicates, res.Missing,
 		res.PGConnections, res.PGRefused)
+	fmt.Printf("  workflow tasks timed out %d, failed %d %v; longest quiet in the campaign's history %.1fs, from %.1fs\n",
+		res.TaskTimeouts, res.TaskFailures, cost.TaskTrouble, res.StallSeconds, res.StallAt)
 	printStatementStats(s)
 	if os.Getenv("BENCH_TIMELINE") != "" {
 		printTimeline(web, c.agent, c.start, res.Bound)

@@ -16,6 +16,16 @@ import (
 // over every run of the workflow ID and every child workflow they started.
 type HistoryCost struct {
 	Runs, Events, Activities, LocalActivities int
+	// TaskTimeouts and TaskFailures count the campaign's workflow tasks
+	// that timed out (a worker that took one and did not answer, a sticky
+	// worker that did not take it) or failed; Stall is the longest time
+	// between two events of a campaign run, and StallAt when it began,
+	// from the first run's start: what stops a campaign's leases shows there.
+	TaskTimeouts, TaskFailures int
+	Stall, StallAt             time.Duration
+	// TaskTrouble says, for each timed out or failed workflow task, its
+	// timeout type or failure cause.
+	TaskTrouble []string
 }
 
 // CampaignHistoryCost reads the histories of every run of the campaign
@@ -32,15 +42,34 @@ func CampaignHistoryCost(ctx context.Context, c client.Client, workflowID string
 		ids[i] = e.GetExecution().GetRunId()
 	}
 	cost := HistoryCost{Runs: len(ids)}
+	var start time.Time
 	var walk func(id, run string) error
 	walk = func(id, run string) error {
 		it := c.GetWorkflowHistory(ctx, id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		var last time.Time
 		for it.HasNext() {
 			e, err := it.Next()
 			if err != nil {
 				return fmt.Errorf("history of %s/%s: %w", id, run, err)
 			}
 			cost.Events++
+			if at := e.GetEventTime().AsTime(); id == workflowID {
+				if start.IsZero() {
+					start = at
+				}
+				if !last.IsZero() && at.Sub(last) > cost.Stall {
+					cost.Stall, cost.StallAt = at.Sub(last), last.Sub(start)
+				}
+				last = at
+			}
+			switch e.GetEventType() {
+			case enumspb.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+				cost.TaskTimeouts++
+				cost.TaskTrouble = append(cost.TaskTrouble, e.GetWorkflowTaskTimedOutEventAttributes().GetTimeoutType().String())
+			case enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+				cost.TaskFailures++
+				cost.TaskTrouble = append(cost.TaskTrouble, e.GetWorkflowTaskFailedEventAttributes().GetCause().String())
+			}
 			switch {
 			case e.GetActivityTaskScheduledEventAttributes() != nil:
 				cost.Activities++
