@@ -214,7 +214,12 @@ type host struct {
 	next       time.Time              // earliest start of the next request
 	last       time.Time              // start of the latest request
 	active     int                    // requests started and not done
-	freed      chan struct{}          // closed when a request ends, then replaced
+	// unanchored counts the requests started whose anchor (when the host
+	// surely had them, fetch.Response.ReachedBy) is not known yet: with a
+	// delay, no turn is granted while one is, since the next request's
+	// earliest start is not known either.
+	unanchored int
+	freed      chan struct{} // closed when a request ends or is anchored, then replaced
 	claimed    bool
 	claimedAt  time.Time
 	linger     *time.Timer // lets an idle claim go (see leave)
@@ -391,7 +396,9 @@ func spacing(delay, extra time.Duration) time.Duration { return store.Spacing(de
 // takes its start, so time spent waiting for the node never shortens the
 // gap the host sees. It returns false, holding nothing, if stop closed
 // first; after a true, the caller holds a node slot and a host slot and
-// must call done. Nothing here holds a worker slot: waiting is a goroutine.
+// must call done, and its first request must pass reached as
+// fetch.Options.Reached (or, sending none, call reached with zero time):
+// with a delay, the host's next turn waits for it. Nothing here holds a worker slot: waiting is a goroutine.
 //
 // A start is taken only when it is due, not reserved ahead: if the host's
 // pace changes while a request waits (a Retry-After, a stricter campaign),
@@ -426,7 +433,18 @@ const (
 func (h *host) pace(ctx context.Context, stop <-chan struct{}, take func() bool, give func()) turnResult {
 	for {
 		h.mu.Lock()
-		wait := time.Until(h.next)
+		next, anchored := h.dueLocked()
+		wait := time.Until(next)
+		if !anchored {
+			freed := h.freed
+			h.mu.Unlock()
+			select {
+			case <-freed:
+				continue
+			case <-stop:
+				return turnStopped
+			}
+		}
 		h.mu.Unlock()
 		if wait > 0 {
 			t := time.NewTimer(wait)
@@ -442,7 +460,7 @@ func (h *host) pace(ctx context.Context, stop <-chan struct{}, take func() bool,
 		}
 		h.mu.Lock()
 		now := time.Now()
-		if h.next.After(now) { // another request of this host started meanwhile
+		if next, anchored := h.dueLocked(); next.After(now) || !anchored { // another request of this host started meanwhile
 			h.mu.Unlock()
 			give()
 			continue
@@ -458,11 +476,13 @@ func (h *host) pace(ctx context.Context, stop <-chan struct{}, take func() bool,
 		}
 		gap := h.gapLocked()
 		h.next, h.last = now.Add(gap), now
+		h.unanchored++
 		h.mu.Unlock()
 		// A long delay is written down before the request, so a node that
 		// takes over after this one dies still keeps it.
 		if gap >= h.t.claimTTL/2 {
 			if !h.renew(ctx) {
+				h.reached(time.Time{}) // never sent
 				give()
 				return turnLost
 			}
@@ -478,6 +498,14 @@ func (h *host) pace(ctx context.Context, stop <-chan struct{}, take func() bool,
 		}
 		return turnTaken
 	}
+}
+
+// dueLocked is the earliest start of the host's next request, and whether
+// it is known: with a delay, not while a request is out whose anchor
+// (when the host surely had it) is not known yet, since the next request
+// must reach the host a delay after it did.
+func (h *host) dueLocked() (next time.Time, anchored bool) {
+	return h.next, h.unanchored == 0 || h.delayLocked() == 0
 }
 
 // acquire takes one of the host's concurrency slots.
@@ -510,6 +538,27 @@ func (h *host) release() {
 
 // done ends a turn, after the request.
 func (h *host) done() { h.release() }
+
+// reached anchors the turn's request at at, when the host surely had it
+// (fetch.Options.Reached; zero: it never went). The request may have
+// reached the host later than its turn began (a dial, a busy machine, a
+// slow accept): the next one counts from then, and may be granted from
+// now on. Once per turn, by its first request (observe pushes the next
+// start for any other: a robots.txt's redirects).
+func (h *host) reached(at time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !at.IsZero() {
+		if n := at.Add(h.gapLocked()); n.After(h.next) {
+			h.next = n
+		}
+	}
+	if h.unanchored > 0 {
+		h.unanchored--
+		close(h.freed)
+		h.freed = make(chan struct{})
+	}
+}
 
 // claim makes sure this node holds the host's claim, waiting while another
 // node holds it.
@@ -630,6 +679,11 @@ func (h *host) observe(ctx context.Context, r *fetch.Response, maxRetryAfter tim
 	var pause time.Duration
 	serverError := r.Status >= 500 || r.Status == http.StatusTooManyRequests || (r.Status == 0 && r.Err != nil)
 	h.errRate = (1-errAlpha)*h.errRate + errAlpha*boolFloat(serverError)
+	if !r.ReachedBy.IsZero() { // as reached did, for a request made without it
+		if n := r.ReachedBy.Add(h.gapLocked()); n.After(h.next) {
+			h.next = n
+		}
+	}
 	h.answers++
 	if r.Status != 0 && r.Duration > 0 {
 		if h.latency == 0 {
@@ -651,13 +705,6 @@ func (h *host) observe(ctx context.Context, r *fetch.Response, maxRetryAfter tim
 	case h.errRate < errFast:
 		if h.extra /= 2; h.extra < 50*time.Millisecond {
 			h.extra = 0
-		}
-	}
-	// The request may have reached the host later than its turn began (a
-	// dial, a busy machine, a slow accept): the next one counts from then.
-	if !r.ReachedBy.IsZero() {
-		if n := r.ReachedBy.Add(h.gapLocked()); n.After(h.next) {
-			h.next = n
 		}
 	}
 	if pause > 0 {

@@ -109,3 +109,43 @@ func TestGapCountsFromTheWire(t *testing.T) {
 		t.Fatalf("next start %v after a request written at %v, want at least %v", h.next, wrote, min)
 	}
 }
+
+// TestNoTurnWhileARequestIsUnanchored: with a delay, a host that allows
+// two requests at once grants no second turn while the first request is
+// not known to have reached the host (its first answer byte, or its
+// failure), however long ago its turn began: the second must reach the
+// host a delay after the first did. Once anchored, the next start counts
+// from the anchor. Without a delay nothing waits.
+func TestNoTurnWhileARequestIsUnanchored(t *testing.T) {
+	const delay = 50 * time.Millisecond
+	yes, stop := func() bool { return true }, make(chan struct{})
+	for _, d := range []time.Duration{delay, 0} {
+		h := testHost()
+		h.enter(1, d, 2)
+		h.mu.Lock()
+		h.claimed, h.renewed = true, time.Now()
+		h.mu.Unlock()
+		if got := h.pace(context.Background(), stop, yes, func() {}); got != turnTaken {
+			t.Fatalf("delay %v: first turn %v", d, got)
+		}
+		h.mu.Lock()
+		h.next = time.Now().Add(-time.Hour) // its pace alone would allow the next now
+		_, anchored := h.dueLocked()
+		h.mu.Unlock()
+		if d > 0 && anchored {
+			t.Fatalf("delay %v: a second turn may start while the first request's anchor is unknown", d)
+		}
+		if d == 0 && !anchored {
+			t.Fatal("no delay: a second turn waits for the first request's anchor")
+		}
+		firstByte := time.Now()
+		h.reached(firstByte)
+		h.mu.Lock()
+		next, anchored := h.dueLocked()
+		h.mu.Unlock()
+		if !anchored || next.Before(firstByte.Add(d)) {
+			t.Fatalf("delay %v: after the first byte at %v, next start %v (known %v), want at least a delay later",
+				d, firstByte.Format(time.StampMicro), next.Format(time.StampMicro), anchored)
+		}
+	}
+}

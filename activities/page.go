@@ -112,6 +112,7 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 		KeepAnyType:     r.anyType,
 		KeepStylesheets: spec.Scope.Requisites,
 		Capture:         f.archive != nil, // the archive keeps the bytes as exchanged
+		Reached:         h.reached,
 	}
 	conditional(it, &o)
 	resp := f.fetcher.Get(context.WithoutCancel(ctx), self.Linked(), o)

@@ -141,6 +141,7 @@ func (c *robotsCache) load(ctx context.Context, r *rules, campaignKey int64, ori
 	if stored, ok, err := c.st.Robots(ctx, origin); err == nil && ok {
 		if robots := crawl.ParseRobots(stored.Status, stored.Body); stored.Age < ttlFor(r, robots) {
 			c.slots.give(campaignKey)
+			h.reached(time.Time{}) // the turn sends nothing
 			h.done()
 			return c.found(r, origin, robots, time.Now().Add(-stored.Age)), nil
 		}
@@ -191,12 +192,16 @@ const maxRobotsRedirects = 5
 // no answer. refused says why, when the failure is one no retry will fix.
 // Each request it makes is archived, redirects included.
 func (c *robotsCache) fetchFile(ctx context.Context, r *rules, url string, h *host, archive archiveFunc) (status int, body []byte, refused string) {
-	for range maxRobotsRedirects + 1 {
-		resp := c.fetcher.Get(ctx, url, fetch.Options{
+	for i := range maxRobotsRedirects + 1 {
+		o := fetch.Options{
 			UserAgent: r.spec.Politeness.UserAgent, ConnectTimeout: r.spec.Timeouts.Connect.D(),
 			RequestTimeout: r.spec.Timeouts.Request.D(), IdleTimeout: r.spec.Timeouts.Idle.D(),
 			MaxBodyBytes: crawl.MaxRobotsBytes, KeepBody: true, KeepAnyType: true, Capture: archive != nil,
-		})
+		}
+		if i == 0 {
+			o.Reached = h.reached // the turn's request; its redirects only push the next start (observe)
+		}
+		resp := c.fetcher.Get(ctx, url, o)
 		if archive != nil {
 			archive(ctx, r, url, &resp)
 		}

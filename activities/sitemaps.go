@@ -34,6 +34,7 @@ func (f *Fetch) loadSitemaps(ctx context.Context, r *rules, campaignKey int64, r
 			UserAgent: r.spec.Politeness.UserAgent, ConnectTimeout: r.spec.Timeouts.Connect.D(),
 			RequestTimeout: r.spec.Timeouts.Request.D(), IdleTimeout: r.spec.Timeouts.Idle.D(),
 			MaxBodyBytes: r.spec.Limits.MaxBodyBytes, KeepBody: true, KeepAnyType: true, Capture: f.archive != nil,
+			Reached: h.reached,
 		})
 		f.slots.give(campaignKey)
 		h.observe(ctx, &resp, r.spec.Politeness.MaxRetryAfter.D())

@@ -51,6 +51,11 @@ type Options struct {
 	// validators (ETag, Last-Modified) of the version fetched last time.
 	// A server whose version is the same answers 304 Not Modified.
 	IfNoneMatch, IfModifiedSince string
+	// Reached, when set, is called once per Get with Response.ReachedBy as
+	// soon as it is known: when the answer's headers are in, before the
+	// body is read, or when the request fails (zero if it never went).
+	// Politeness counts a host's next request from it.
+	Reached func(time.Time)
 }
 
 // ErrStalled is the failure of a body that stopped sending for longer than
@@ -184,6 +189,17 @@ func New(idlePerHost int, guard Guard) *Fetcher {
 // Get fetches url. It never returns an error: failures are in Response.Err
 // or the status, for Classify to judge.
 func (f *Fetcher) Get(ctx context.Context, url string, o Options) (r Response) {
+	if o.Reached != nil {
+		reported := false
+		report := o.Reached
+		o.Reached = func(at time.Time) {
+			if !reported {
+				reported = true
+				report(at)
+			}
+		}
+		defer func() { o.Reached(r.ReachedBy) }() // a request that failed before it went
+	}
 	start := time.Now()
 	ctx = context.WithValue(ctx, connectTimeoutKey{}, o.ConnectTimeout)
 	ctx, cancel := context.WithTimeout(ctx, o.RequestTimeout)
@@ -217,6 +233,9 @@ func (f *Fetcher) Get(ctx context.Context, url string, o Options) (r Response) {
 	req = req.WithContext(httptrace.WithClientTrace(ctx, reached.trace(cp)))
 	resp, err := f.client.Do(req)
 	r.ReachedBy = reached.at()
+	if o.Reached != nil {
+		o.Reached(r.ReachedBy)
+	}
 	if err != nil {
 		r.Err, r.Duration = err, time.Since(start)
 		return r
