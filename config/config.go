@@ -97,6 +97,10 @@ type Node struct {
 	WARCDir string
 	// WARCMaxSize is the size in bytes a WARC file rotates at.
 	WARCMaxSize int64
+	// EndedSweep is how often one node of the cluster looks for campaigns
+	// whose workflow closed without finishing them in Postgres (terminated,
+	// failed, timed out) and finishes them. Not a flag: tests shorten it.
+	EndedSweep time.Duration
 	// OTLPEndpoint, when set, is the OpenTelemetry collector (OTLP/gRPC,
 	// http:// for plain text, https:// for TLS) the node sends traces to.
 	OTLPEndpoint string
@@ -122,6 +126,7 @@ func Default() Config {
 			DBConns:           16,
 			Replicas:          1,
 			WARCMaxSize:       1 << 30,
+			EndedSweep:        time.Minute,
 		},
 	}
 }

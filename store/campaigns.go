@@ -318,3 +318,36 @@ func (s *Store) RetryFailed(ctx context.Context, campaignKey int64) (int, error)
 	}
 	return int(tag.RowsAffected()), nil
 }
+
+// CampaignRef names a campaign: its key and ID (its workflow's ID).
+type CampaignRef struct {
+	Key int64
+	ID  string
+}
+
+// RunningCampaigns lists the campaigns Postgres holds as running.
+func (s *Store) RunningCampaigns(ctx context.Context) ([]CampaignRef, error) {
+	rows, err := s.pool.Query(ctx, `SELECT key, id FROM campaigns WHERE status = 'running' ORDER BY key`)
+	if err != nil {
+		return nil, fmt.Errorf("running campaigns: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (CampaignRef, error) {
+		var c CampaignRef
+		return c, r.Scan(&c.Key, &c.ID)
+	})
+}
+
+// FirstLiveNode is the live node whose ID sorts first, "" if none: one
+// node of the cluster, agreed on by all without a lock.
+func (s *Store) FirstLiveNode(ctx context.Context) (string, error) {
+	var id string
+	err := s.pool.QueryRow(ctx, `
+		SELECT id FROM nodes WHERE stopped_at IS NULL AND heartbeat_at + ttl > now() ORDER BY id LIMIT 1`).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("first live node: %w", err)
+	}
+	return id, nil
+}

@@ -244,8 +244,9 @@ func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Sto
 				}
 				return fmt.Errorf("start worker on %s: %w", cfg.ControlQueue, err)
 			}
-			loops.Add(2)
+			loops.Add(3)
 			go func() { defer loops.Done(); heartbeat(life, st, tc, regs, n.HeartbeatInterval, log) }()
+			go func() { defer loops.Done(); sweepEnded(life, st, tc, ids, n.EndedSweep, log) }()
 			go func() { defer loops.Done(); activities.WatchPolicies(life, st, engines) }()
 			log.Info("node started", "identities", len(ids), "queue", regs[0].Queue, "weight", n.Weight,
 				"control_queue", cfg.ControlQueue, "fetch_concurrency", n.FetchConcurrency, "temporal", cfg.TemporalAddress)

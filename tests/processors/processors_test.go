@@ -909,3 +909,44 @@ func TestCancelledCampaignKeepsNoBodyAndLosesNoPage(t *testing.T) {
 		t.Errorf("%d page bodies or chunks kept after every page was processed", n)
 	}
 }
+
+// TestTerminatedCampaignKeepsNoBody: a campaign terminated from the Web
+// UI or CLI never runs its own finish; one node of the cluster finds it
+// closed and finishes it in Postgres: its bodies go, its status says how
+// it ended, and its unprocessed pages wait for a run started again under
+// its ID.
+func TestTerminatedCampaignKeepsNoBody(t *testing.T) {
+	s := harness.NewStack(t)
+	s.StartNodeWith("a", 1, func(c *config.Config) { c.Node.EndedSweep = 200 * time.Millisecond })
+	web, shop := shopWeb(t, 100, 0)
+	id := "terminated-with-bodies"
+	proc := campaign.Processor{Name: "absent", TaskQueue: s.Name + ".absent", Activity: "absent", BatchSize: 20, Window: 2,
+		MaxPending: 1000, Timeout: campaign.Duration(10 * time.Second)}
+	if _, err := s.Campaigns.Start(bg, id, shopSpec(web, proc)); err != nil {
+		t.Fatal(err)
+	}
+	pages := int64(shop.Pages() + 1)
+	harness.Eventually(t, 2*time.Minute, "every page fetched and waiting for the processor", func() bool {
+		k, err := s.Store.CampaignKey(bg, id)
+		if err != nil {
+			return false
+		}
+		st, err := s.Store.ProcessorStatus(bg, k)
+		return err == nil && st["absent"].Pending+st["absent"].Leased == pages
+	})
+	if n := bodiesLeft(t, s, id); n == 0 {
+		t.Fatal("no bodies kept while the processor is away: the test proves nothing")
+	}
+	if err := s.Client.TerminateWorkflow(bg, id, "", "an operator's terminate"); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, time.Minute, "the terminated campaign to be finished in Postgres", func() bool {
+		return s.Strings(`SELECT status FROM campaigns WHERE id = $1`, id)[0] == "terminated"
+	})
+	if n := bodiesLeft(t, s, id); n != 0 {
+		t.Errorf("%d page bodies or chunks kept after the campaign was terminated", n)
+	}
+	if got := s.Strings(`SELECT coalesce(summary->>'unprocessed', '0') FROM campaigns WHERE id = $1`, id)[0]; got != fmt.Sprint(pages) {
+		t.Errorf("the stored summary counts %s pages unprocessed, want %d", got, pages)
+	}
+}
