@@ -34,9 +34,9 @@ help:
 	@echo "make image  - the container image docker-compose.yml and deploy/kubernetes run (IMAGE=$(IMAGE))"
 	@echo "make histories - record this release's workflow histories (HISTORY_SET) for the replay tests"
 	@echo "make fuzz   - run each fuzz target for FUZZTIME (default 30s)"
-	@echo "make bench  - spiderpool vs Colly on a 100k-page web, and the hot paths; updates README"
-	@echo "make bench-scale - spiderpool at 10k, 100k and 1M pages; updates README"
-	@echo "make bench-polite - politeness efficiency: 500 polite hosts, slow hosts, campaigns sharing nodes or hosts; updates README"
+	@echo "make bench  - spiderpool vs Colly on a 100k-page web, and the hot paths; updates docs/performance.md"
+	@echo "make bench-scale - spiderpool at 10k, 100k and 1M pages; updates docs/performance.md"
+	@echo "make bench-polite - politeness efficiency: 500 polite hosts, slow hosts, campaigns sharing nodes or hosts; updates docs/performance.md"
 	@echo "make bench-nodes - one polite campaign on pools of 3 to 1,000 nodes, a kill and a drain at scale; writes docs/pool.md"
 	@echo "make bench-frontier - plans and latency of a lease and an idle poll over a 10M-row frontier; writes docs/scale-10m.txt"
 

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// results is bench/results.json: what the README's performance section
+// results is bench/results.json: what docs/performance.md
 // is made from.
 type results struct {
 	Date    string        `json:"date"`

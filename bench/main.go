@@ -9,7 +9,7 @@
 //	bench micro   the hot-path microbenchmarks (go test -bench)
 //	bench serve   the synthetic web as a process, with counters (internal)
 //	bench colly   one Colly crawl as a process (internal)
-//	bench readme  regenerate README.md's performance section from results.json
+//	bench readme  regenerate docs/performance.md's generated section from results.json
 package main
 
 import (

@@ -13,11 +13,11 @@ const (
 	endMark   = "<!-- bench:end -->"
 )
 
-// readme regenerates README.md's performance section from results.json.
+// readme regenerates docs/performance.md's generated section from results.json.
 func readme(args []string) error {
 	fs := flag.NewFlagSet("readme", flag.ExitOnError)
 	in := fs.String("results", "results.json", "results file")
-	path := fs.String("readme", "../README.md", "README to update")
+	path := fs.String("readme", "../docs/performance.md", "the page to update")
 	fs.Parse(args)
 	r := loadResults(*in)
 	var b strings.Builder

@@ -32,7 +32,7 @@ const (
 
 // Search attributes the workflow upserts, so the Web UI and `temporal
 // workflow list --query 'CampaignStatus="Running"'` can filter campaigns.
-// A namespace must register them (the dev stack does; see README for a
+// A namespace must register them (the dev stack does; see docs/operations.md for a
 // cluster); the workflow upserts only those registered when it starts.
 const (
 	AttrStatus  = "CampaignStatus" // one of the CampaignStatus values below

@@ -13,7 +13,7 @@ import (
 // Processor is user code that every matching page of a campaign flows to:
 // a Temporal activity, in any SDK language, on the user's own task queue.
 // It takes a ProcessRequest (a batch of pages) and returns a
-// ProcessResult (items and links per page). See README "Processors".
+// ProcessResult (items and links per page). See docs/processors.md.
 type Processor struct {
 	// Name is how status, export and the items table name it: lower case
 	// letters, digits, '-' and '_'.

@@ -535,7 +535,7 @@ func WithConcurrency(n int) Option { return func(o *runOptions) { o.concurrency 
 // Run polls the processor's queue until ctx is done or the process gets
 // SIGINT or SIGTERM. Without WithClient it connects to Temporal as the
 // spiderpool CLI does: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and the rest
-// of the environment (see README).
+// of the environment (see docs/operations.md, "Configuration").
 func (p *Processor) Run(ctx context.Context, opts ...Option) error {
 	o := runOptions{concurrency: 4}
 	for _, opt := range opts {

@@ -10,7 +10,7 @@
 // written to Postgres, where the node's puller takes them (pool runs; runs
 // started before them schedule a FetchBatch activity per batch); a node
 // leaves the ring only when its registry heartbeat says so. See
-// docs/pool.md and README, "How it works".
+// docs/pool.md and docs/architecture.md.
 //
 // Workflow code here is deterministic: no I/O, clock, randomness or map
 // iteration order; every side effect is an activity in package activities.

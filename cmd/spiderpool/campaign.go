@@ -112,7 +112,7 @@ func (a *app) startCmd() *cobra.Command {
 		Use:   "start [--spec FILE] [--seed URL]... [--id ID] [--wait]",
 		Short: "Start a campaign from a JSON spec and/or seed URLs",
 		Long: `Start a campaign. The spec is one JSON document; every field but "seeds" has
-a default (see README, "Campaign spec"). --seed adds seeds to the spec's.
+a default (see docs/spec.md). --seed adds seeds to the spec's.
 
 The same campaign can be started with the Temporal CLI:
   temporal workflow start --type CrawlCampaign --task-queue spiderpool.control \

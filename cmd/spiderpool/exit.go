@@ -13,7 +13,7 @@ import (
 	"github.com/spiderpool/spiderpool/store"
 )
 
-// Exit codes: a contract with scripts, documented in README ("Exit
+// Exit codes: a contract with scripts, documented in docs/operations.md ("Exit
 // codes") and each exercised by tests/cli.
 const (
 	exitOK = 0

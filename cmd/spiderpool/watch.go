@@ -31,7 +31,7 @@ instead. With --json it prints one JSON object a line: {"status": ...} per
 interval, then {"summary": ...} (or {"error": ...}) at the end.
 
 Ctrl-C stops watching and exits 0; the campaign goes on. A campaign that
-fails or is cancelled exits 4 (see README, "Exit codes").
+fails or is cancelled exits 4 (see docs/operations.md, "Exit codes").
 
 Temporal CLI equivalent (one look):
   temporal workflow query --workflow-id ID --type status`,

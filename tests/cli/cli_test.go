@@ -1,5 +1,5 @@
 // Package cli tests the spiderpool command's contracts with scripts: its
-// exit codes (README, "Exit codes"), its --json output, Ctrl-C in watch,
+// exit codes (docs/operations.md, "Exit codes"), its --json output, Ctrl-C in watch,
 // and `version`. Every test runs the real binary as a process; those that
 // need a campaign run it against real Postgres and the Temporal dev
 // server, with nodes in-process (tests/harness).
@@ -34,7 +34,7 @@ func TestMain(m *testing.M) { harness.Main(m) }
 
 var bg = context.Background()
 
-// The exit codes, as README documents them.
+// The exit codes, as docs/operations.md documents them.
 const (
 	exitOK          = 0
 	exitUsage       = 2

@@ -99,7 +99,7 @@ func allPanels(ps []panel) []panel {
 	return out
 }
 
-// The panels the README names, by title.
+// The panels docs/operations.md names, by title.
 var wantPanels = []string{
 	"Pages/s per node",
 	"Responses by class",

@@ -108,7 +108,7 @@ func run() error {
 	spec := campaign.Spec{
 		Seeds: []string{w.Seed()},
 		// Requisites on: a page's images, styles and scripts are fetched
-		// with it, counted apart (see README, WARC).
+		// with it, counted apart (see docs/operations.md, WARC).
 		Scope:      campaign.Scope{AllowedDomains: []string{"127.0.0.1"}, Requisites: true},
 		Politeness: campaign.Politeness{MinDelay: campaign.Duration(delay), MaxConcurrencyPerHost: 1},
 		Dispatch:   campaign.Dispatch{BatchSize: 50},
