@@ -398,7 +398,8 @@ func spacing(delay, extra time.Duration) time.Duration { return store.Spacing(de
 // first; after a true, the caller holds a node slot and a host slot and
 // must call done, and its first request must pass reached as
 // fetch.Options.Reached (or, sending none, call reached with zero time):
-// with a delay, the host's next turn waits for it. Nothing here holds a worker slot: waiting is a goroutine.
+// with a delay, the host's next turn waits for it. Nothing here holds a
+// worker slot: waiting is a goroutine.
 //
 // A start is taken only when it is due, not reserved ahead: if the host's
 // pace changes while a request waits (a Retry-After, a stricter campaign),
@@ -531,8 +532,7 @@ func (h *host) acquire(stop <-chan struct{}) bool {
 func (h *host) release() {
 	h.mu.Lock()
 	h.active--
-	close(h.freed)
-	h.freed = make(chan struct{})
+	h.wakeLocked()
 	h.mu.Unlock()
 }
 
@@ -548,16 +548,28 @@ func (h *host) done() { h.release() }
 func (h *host) reached(at time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !at.IsZero() {
-		if n := at.Add(h.gapLocked()); n.After(h.next) {
-			h.next = n
-		}
-	}
+	h.anchorLocked(at)
 	if h.unanchored > 0 {
 		h.unanchored--
-		close(h.freed)
-		h.freed = make(chan struct{})
+		h.wakeLocked()
 	}
+}
+
+// anchorLocked moves the next start to a gap after at, when the host
+// surely had a request (zero: it never went), if that is later.
+func (h *host) anchorLocked(at time.Time) {
+	if at.IsZero() {
+		return
+	}
+	if n := at.Add(h.gapLocked()); n.After(h.next) {
+		h.next = n
+	}
+}
+
+// wakeLocked wakes whoever waits on the host for a slot or an anchor.
+func (h *host) wakeLocked() {
+	close(h.freed)
+	h.freed = make(chan struct{})
 }
 
 // claim makes sure this node holds the host's claim, waiting while another
@@ -679,11 +691,7 @@ func (h *host) observe(ctx context.Context, r *fetch.Response, maxRetryAfter tim
 	var pause time.Duration
 	serverError := r.Status >= 500 || r.Status == http.StatusTooManyRequests || (r.Status == 0 && r.Err != nil)
 	h.errRate = (1-errAlpha)*h.errRate + errAlpha*boolFloat(serverError)
-	if !r.ReachedBy.IsZero() { // as reached did, for a request made without it
-		if n := r.ReachedBy.Add(h.gapLocked()); n.After(h.next) {
-			h.next = n
-		}
-	}
+	h.anchorLocked(r.ReachedBy) // as reached did, for a request made without it
 	h.answers++
 	if r.Status != 0 && r.Duration > 0 {
 		if h.latency == 0 {
