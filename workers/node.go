@@ -315,9 +315,18 @@ type httpListener struct {
 // reach (fetch.Guard.Own).
 func (hl httpListener) own() []netip.AddrPort {
 	var out []netip.AddrPort
+	for _, l := range hl.open() {
+		out = append(out, l.Addr().(*net.TCPAddr).AddrPort())
+	}
+	return out
+}
+
+// open are the listeners the node opened.
+func (hl httpListener) open() []net.Listener {
+	var out []net.Listener
 	for _, l := range []net.Listener{hl.metrics, hl.bodies, hl.pprof} {
 		if l != nil {
-			out = append(out, l.Addr().(*net.TCPAddr).AddrPort())
+			out = append(out, l)
 		}
 	}
 	return out
@@ -327,10 +336,8 @@ func listenHTTP(cfg config.Config) (hl httpListener, err error) {
 	n := cfg.Node
 	defer func() {
 		if err != nil {
-			for _, l := range []net.Listener{hl.metrics, hl.bodies, hl.pprof} {
-				if l != nil {
-					l.Close()
-				}
+			for _, l := range hl.open() {
+				l.Close()
 			}
 		}
 	}()
