@@ -336,18 +336,3 @@ func (s *Store) RunningCampaigns(ctx context.Context) ([]CampaignRef, error) {
 		return c, r.Scan(&c.Key, &c.ID)
 	})
 }
-
-// FirstLiveNode is the live node whose ID sorts first, "" if none: one
-// node of the cluster, agreed on by all without a lock.
-func (s *Store) FirstLiveNode(ctx context.Context) (string, error) {
-	var id string
-	err := s.pool.QueryRow(ctx, `
-		SELECT id FROM nodes WHERE stopped_at IS NULL AND heartbeat_at + ttl > now() ORDER BY id LIMIT 1`).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("first live node: %w", err)
-	}
-	return id, nil
-}

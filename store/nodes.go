@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,6 +10,10 @@ import (
 
 	"github.com/spiderpool/spiderpool/campaign"
 )
+
+// alive is the registry's test of a live node row: not stopped, and its
+// heartbeat younger than its TTL.
+const alive = `stopped_at IS NULL AND heartbeat_at + ttl > now()`
 
 // Registration is what a node process says about itself.
 type Registration struct {
@@ -129,7 +134,7 @@ func (s *Store) DeregisterNode(ctx context.Context, id, incarnation string) erro
 // ID, with liveness judged by the database clock.
 func (s *Store) Nodes(ctx context.Context, only []string) ([]campaign.NodeInfo, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT id, weight, incarnation, version, stopped_at IS NULL AND heartbeat_at + ttl > now(),
+		SELECT id, weight, incarnation, version, `+alive+`,
 		       CASE WHEN capabilities_of = incarnation THEN capabilities ELSE '{}' END
 		FROM nodes WHERE coalesce(cardinality($1::text[]), 0) = 0 OR id = ANY($1) ORDER BY id`, only)
 	if err != nil {
@@ -168,7 +173,7 @@ func (s *Store) RecordRingChanges(ctx context.Context, campaignKey int64, run in
 func (s *Store) BodyServers(ctx context.Context) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT http_addr FROM nodes
-		WHERE http_addr IS NOT NULL AND stopped_at IS NULL AND heartbeat_at + ttl > now()
+		WHERE http_addr IS NOT NULL AND `+alive+`
 		ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("nodes serving bodies: %w", err)
@@ -181,4 +186,18 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// FirstLiveNode is the live node whose ID sorts first, "" if none: one
+// node of the cluster, agreed on by all without a lock.
+func (s *Store) FirstLiveNode(ctx context.Context) (string, error) {
+	var id string
+	err := s.pool.QueryRow(ctx, `SELECT id FROM nodes WHERE `+alive+` ORDER BY id LIMIT 1`).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("first live node: %w", err)
+	}
+	return id, nil
 }
