@@ -249,17 +249,9 @@ func fieldErr(field, format string, args ...any) error {
 // field) first, then those of the values that did decode, so that a spec
 // with several mistakes has them all named at once.
 func (s Spec) Normalize() (Spec, error) {
-	var errs []error
-	var undecoded []string // fields whose value could not be decoded
-	for _, err := range flatten(s.decodeErr) {
-		var se *SyntaxError
-		if errors.As(err, &se) {
-			return s, err // there is no spec to check
-		}
-		errs = append(errs, err)
-		if fe, ok := err.(*FieldError); ok && fe.Field != "spec" {
-			undecoded = append(undecoded, fe.Field)
-		}
+	errs, undecoded, err := decodeProblems(s.decodeErr)
+	if err != nil {
+		return s, err // there is no spec to check
 	}
 	add := func(err error) {
 		var fe *FieldError
@@ -268,7 +260,41 @@ func (s Spec) Normalize() (Spec, error) {
 		}
 		errs = append(errs, err)
 	}
+	// Each step fills one part's defaults and reports its problems, in the
+	// order Spec declares its fields.
+	s.normalizeSeeds(add)
+	s.normalizeScope(add)
+	s.normalizeLimits(add)
+	s.normalizePoliteness(add)
+	s.normalizeRetry(add)
+	s.normalizeTimeouts(add)
+	s.normalizeDispatch(add)
+	s.normalizeSitemaps(add)
+	s.normalizeProcessors(add)
+	s.normalizeRecrawl(add)
+	s.normalizeNodes(add)
+	return s, errors.Join(errs...)
+}
 
+// decodeProblems splits what decoding found into the problems to report
+// and the fields whose values did not decode (whose checks would only
+// repeat them). A syntax error is returned alone as fatal: there is no spec
+// to check.
+func decodeProblems(decodeErr error) (errs []error, undecoded []string, fatal error) {
+	for _, err := range flatten(decodeErr) {
+		var se *SyntaxError
+		if errors.As(err, &se) {
+			return nil, nil, err
+		}
+		errs = append(errs, err)
+		if fe, ok := err.(*FieldError); ok && fe.Field != "spec" {
+			undecoded = append(undecoded, fe.Field)
+		}
+	}
+	return errs, undecoded, nil
+}
+
+func (s *Spec) normalizeSeeds(add func(error)) {
 	if len(s.Seeds) == 0 {
 		add(fieldErr("spec.seeds", "at least one seed URL is required"))
 	}
@@ -277,7 +303,11 @@ func (s Spec) Normalize() (Spec, error) {
 			add(fieldErr(fmt.Sprintf("spec.seeds[%d]", i), "%q is not an http(s) URL: %v", seed, unwrapParse(err)))
 		}
 	}
+}
 
+// normalizeScope lower-cases the scope's hosts and domains in place and
+// checks its patterns; CompileScope relies on them being valid.
+func (s *Spec) normalizeScope(add func(error)) {
 	sc := &s.Scope
 	switch sc.ShardBy {
 	case "":
@@ -319,7 +349,9 @@ func (s Spec) Normalize() (Spec, error) {
 			}
 		}
 	}
+}
 
+func (s *Spec) normalizeLimits(add func(error)) {
 	l := &s.Limits
 	nonNegative := func(field string, v int64) {
 		if v < 0 {
@@ -349,7 +381,9 @@ func (s Spec) Normalize() (Spec, error) {
 	if l.MaxRedirects > 50 {
 		add(fieldErr("spec.limits.max_redirects", "must be <= 50, got %d", l.MaxRedirects))
 	}
+}
 
+func (s *Spec) normalizePoliteness(add func(error)) {
 	p := &s.Politeness
 	if p.UserAgent = strings.TrimSpace(p.UserAgent); p.UserAgent == "" {
 		p.UserAgent = DefaultUserAgent
@@ -369,7 +403,9 @@ func (s Spec) Normalize() (Spec, error) {
 	durationIn(add, "spec.politeness.robots_retry", p.RobotsRetry, 100*time.Millisecond, 24*time.Hour)
 	durationIn(add, "spec.politeness.max_crawl_delay", p.MaxCrawlDelay, 0, time.Hour)
 	durationIn(add, "spec.politeness.max_retry_after", p.MaxRetryAfter, 0, 24*time.Hour)
+}
 
+func (s *Spec) normalizeRetry(add func(error)) {
 	r := &s.Retry
 	if r.MaxAttempts < 0 || r.MaxAttempts > 100 {
 		add(fieldErr("spec.retry.max_attempts", "must be 1..100, got %d", r.MaxAttempts))
@@ -390,7 +426,9 @@ func (s Spec) Normalize() (Spec, error) {
 			add(fieldErr(fmt.Sprintf("spec.retry.non_retryable_statuses[%d]", i), "%d is not an HTTP status", st))
 		}
 	}
+}
 
+func (s *Spec) normalizeTimeouts(add func(error)) {
 	t := &s.Timeouts
 	defaultDuration(&t.Connect, 5*time.Second)
 	defaultDuration(&t.Request, 30*time.Second)
@@ -398,7 +436,9 @@ func (s Spec) Normalize() (Spec, error) {
 	durationIn(add, "spec.timeouts.idle", t.Idle, time.Millisecond, time.Hour)
 	durationIn(add, "spec.timeouts.connect", t.Connect, time.Millisecond, time.Hour)
 	durationIn(add, "spec.timeouts.request", t.Request, time.Millisecond, time.Hour)
+}
 
+func (s *Spec) normalizeDispatch(add func(error)) {
 	d := &s.Dispatch
 	if d.BatchSize < 0 || d.BatchSize > 5000 {
 		add(fieldErr("spec.dispatch.batch_size", "must be 1..5000, got %d", d.BatchSize))
@@ -420,15 +460,16 @@ func (s Spec) Normalize() (Spec, error) {
 	durationIn(add, "spec.dispatch.schedule_to_start_timeout", d.ScheduleToStartTimeout, time.Second, time.Hour)
 	durationIn(add, "spec.dispatch.lease_ttl", d.LeaseTTL, 3*d.HeartbeatTimeout.D(), 24*time.Hour)
 	durationIn(add, "spec.dispatch.membership_refresh", d.MembershipRefresh, time.Second, time.Hour)
+}
 
+func (s *Spec) normalizeSitemaps(add func(error)) {
 	if s.Sitemaps.MaxURLsPerHost < 0 {
 		add(fieldErr("spec.sitemaps.max_urls_per_host", "must be >= 0, got %d", s.Sitemaps.MaxURLsPerHost))
 	}
 	defaultInt(&s.Sitemaps.MaxURLsPerHost, 50_000)
+}
 
-	s.normalizeProcessors(add)
-	s.normalizeRecrawl(add)
-
+func (s *Spec) normalizeNodes(add func(error)) {
 	seen := map[string]bool{}
 	for i, n := range s.Nodes {
 		field := fmt.Sprintf("spec.nodes[%d]", i)
@@ -439,7 +480,6 @@ func (s Spec) Normalize() (Spec, error) {
 		}
 		seen[n] = true
 	}
-	return s, errors.Join(errs...)
 }
 
 // flatten lists the errors errors.Join joined.
