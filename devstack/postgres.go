@@ -1,7 +1,8 @@
-// Package devstack runs spiderpool's dependencies as local child processes
-// for `spiderpool dev`, `make demo` and the integration tests: a private
-// throwaway Postgres cluster (initdb + postgres) and the Temporal CLI's dev
-// server with its Web UI. Children die with the process that started them.
+// Package devstack runs spiderpool as local child processes for `spiderpool
+// dev`, `make demo`, the integration tests and the benchmarks: its
+// dependencies (a private throwaway Postgres cluster, PgBouncer in front of
+// it, the Temporal CLI's dev server with its Web UI) and its own node
+// processes (StartNode). Children die with the process that started them.
 package devstack
 
 import (
