@@ -159,79 +159,101 @@ func (s *Spec) normalizeProcessors(add func(error)) {
 		if strings.TrimSpace(p.Activity) == "" {
 			add(fieldErr(field("activity"), "the activity type the processor's workers register is required"))
 		}
-		if len(p.ContentTypes) == 0 {
-			p.ContentTypes = []string{"text/html"}
+		p.normalizeFilter(field, add)
+		p.normalizeDelivery(field, add)
+		p.normalizeAttempts(field, add)
+	}
+}
+
+// normalizeFilter checks which pages the processor wants (see PageFilter),
+// lower-casing its content types and defaulting them to text/html and its
+// statuses to 2xx.
+func (p *Processor) normalizeFilter(field func(string) string, add func(error)) {
+	if len(p.ContentTypes) == 0 {
+		p.ContentTypes = []string{"text/html"}
+	}
+	for j, ct := range p.ContentTypes {
+		if _, _, ok := strings.Cut(ct, "/"); !ok && ct != "*" {
+			add(fieldErr(field(fmt.Sprintf("content_types[%d]", j)), "want a media type such as \"text/html\", \"image/*\" or \"*/*\", got %q", ct))
 		}
-		for j, ct := range p.ContentTypes {
-			if _, _, ok := strings.Cut(ct, "/"); !ok && ct != "*" {
-				add(fieldErr(field(fmt.Sprintf("content_types[%d]", j)), "want a media type such as \"text/html\", \"image/*\" or \"*/*\", got %q", ct))
+		p.ContentTypes[j] = strings.ToLower(strings.TrimSpace(ct))
+	}
+	if len(p.Statuses) == 0 {
+		p.Statuses = []string{"2xx"}
+	}
+	for j, st := range p.Statuses {
+		if _, _, ok := statusRange(st); !ok {
+			add(fieldErr(field(fmt.Sprintf("statuses[%d]", j)), "want a class such as \"2xx\" or a status such as \"200\", got %q", st))
+		}
+	}
+	for _, list := range []struct {
+		name string
+		pats []string
+	}{{"include", p.Include}, {"exclude", p.Exclude}} {
+		for j, pat := range list.pats {
+			if _, err := regexp.Compile(pat); err != nil {
+				add(fieldErr(field(fmt.Sprintf("%s[%d]", list.name, j)), "bad regular expression: %v", err))
 			}
-			p.ContentTypes[j] = strings.ToLower(strings.TrimSpace(ct))
 		}
-		if len(p.Statuses) == 0 {
-			p.Statuses = []string{"2xx"}
-		}
-		for j, st := range p.Statuses {
-			if _, _, ok := statusRange(st); !ok {
-				add(fieldErr(field(fmt.Sprintf("statuses[%d]", j)), "want a class such as \"2xx\" or a status such as \"200\", got %q", st))
-			}
-		}
-		for _, list := range []struct {
-			name string
-			pats []string
-		}{{"include", p.Include}, {"exclude", p.Exclude}} {
-			for j, pat := range list.pats {
-				if _, err := regexp.Compile(pat); err != nil {
-					add(fieldErr(field(fmt.Sprintf("%s[%d]", list.name, j)), "bad regular expression: %v", err))
-				}
-			}
-		}
-		inRange := func(name string, v *int, def, lo, hi int) {
-			if *v == 0 {
-				*v = def
-			}
-			if *v < lo || *v > hi {
-				add(fieldErr(field(name), "must be %d..%d, got %d", lo, hi, *v))
-			}
-		}
-		inRange("batch_size", &p.BatchSize, DefaultProcessorBatch, 1, 1000)
-		inRange("window", &p.Window, DefaultProcessorWindow, 1, 64)
-		inRange("max_pending", &p.MaxPending, DefaultProcessorMaxPending, 1, 1_000_000)
-		switch p.Bodies {
-		case "", BodiesInline, BodiesReference:
-		default:
-			add(fieldErr(field("bodies"), "want %q or %q, got %q", BodiesInline, BodiesReference, p.Bodies))
-		}
-		switch p.Batch {
-		case "", BatchInline, BatchReference:
-		default:
-			add(fieldErr(field("batch"), "want %q or %q, got %q", BatchInline, BatchReference, p.Batch))
-		}
-		switch p.Unchanged {
-		case "", UnchangedSkip, UnchangedLastVersion:
-		default:
-			add(fieldErr(field("unchanged"), "want %q or %q, got %q", UnchangedSkip, UnchangedLastVersion, p.Unchanged))
-		}
-		if p.InlineBodyLimit == 0 {
-			p.InlineBodyLimit = DefaultInlineBodyLimit
-		}
-		if p.InlineBodyLimit < 0 || p.InlineBodyLimit > MaxInlineBodyLimit {
-			add(fieldErr(field("inline_body_limit"), "must be 0..%d bytes, got %d", MaxInlineBodyLimit, p.InlineBodyLimit))
-		}
-		defaultDuration(&p.Timeout, time.Minute)
-		durationIn(add, field("timeout"), p.Timeout, time.Second, 24*time.Hour)
-		r := &p.Retry
-		inRange("retry.max_attempts", &r.MaxAttempts, 5, 1, 100)
-		defaultDuration(&r.InitialInterval, time.Second)
-		defaultDuration(&r.MaxInterval, 30*time.Second)
-		if r.BackoffCoefficient == 0 {
-			r.BackoffCoefficient = 2
-		}
-		if r.BackoffCoefficient < 1 || r.BackoffCoefficient > 100 {
-			add(fieldErr(field("retry.backoff_coefficient"), "must be 1..100, got %v", r.BackoffCoefficient))
-		}
-		durationIn(add, field("retry.initial_interval"), r.InitialInterval, time.Millisecond, 24*time.Hour)
-		durationIn(add, field("retry.max_interval"), r.MaxInterval, r.InitialInterval.D(), 24*time.Hour)
+	}
+}
+
+// normalizeDelivery checks how pages travel to the processor: its batches,
+// its window and backlog, how bodies, batches and unchanged pages are sent.
+// Bodies, Batch and Unchanged stay empty when empty (see Bodies).
+func (p *Processor) normalizeDelivery(field func(string) string, add func(error)) {
+	defaultIntIn(add, field("batch_size"), &p.BatchSize, DefaultProcessorBatch, 1, 1000)
+	defaultIntIn(add, field("window"), &p.Window, DefaultProcessorWindow, 1, 64)
+	defaultIntIn(add, field("max_pending"), &p.MaxPending, DefaultProcessorMaxPending, 1, 1_000_000)
+	switch p.Bodies {
+	case "", BodiesInline, BodiesReference:
+	default:
+		add(fieldErr(field("bodies"), "want %q or %q, got %q", BodiesInline, BodiesReference, p.Bodies))
+	}
+	switch p.Batch {
+	case "", BatchInline, BatchReference:
+	default:
+		add(fieldErr(field("batch"), "want %q or %q, got %q", BatchInline, BatchReference, p.Batch))
+	}
+	switch p.Unchanged {
+	case "", UnchangedSkip, UnchangedLastVersion:
+	default:
+		add(fieldErr(field("unchanged"), "want %q or %q, got %q", UnchangedSkip, UnchangedLastVersion, p.Unchanged))
+	}
+	if p.InlineBodyLimit == 0 {
+		p.InlineBodyLimit = DefaultInlineBodyLimit
+	}
+	if p.InlineBodyLimit < 0 || p.InlineBodyLimit > MaxInlineBodyLimit {
+		add(fieldErr(field("inline_body_limit"), "must be 0..%d bytes, got %d", MaxInlineBodyLimit, p.InlineBodyLimit))
+	}
+}
+
+// normalizeAttempts checks how long one attempt of a batch may take and how
+// it is retried.
+func (p *Processor) normalizeAttempts(field func(string) string, add func(error)) {
+	defaultDuration(&p.Timeout, time.Minute)
+	durationIn(add, field("timeout"), p.Timeout, time.Second, 24*time.Hour)
+	r := &p.Retry
+	defaultIntIn(add, field("retry.max_attempts"), &r.MaxAttempts, 5, 1, 100)
+	defaultDuration(&r.InitialInterval, time.Second)
+	defaultDuration(&r.MaxInterval, 30*time.Second)
+	if r.BackoffCoefficient == 0 {
+		r.BackoffCoefficient = 2
+	}
+	if r.BackoffCoefficient < 1 || r.BackoffCoefficient > 100 {
+		add(fieldErr(field("retry.backoff_coefficient"), "must be 1..100, got %v", r.BackoffCoefficient))
+	}
+	durationIn(add, field("retry.initial_interval"), r.InitialInterval, time.Millisecond, 24*time.Hour)
+	durationIn(add, field("retry.max_interval"), r.MaxInterval, r.InitialInterval.D(), 24*time.Hour)
+}
+
+// defaultIntIn sets *v to def when it is 0, then reports it outside lo..hi.
+func defaultIntIn(add func(error), field string, v *int, def, lo, hi int) {
+	if *v == 0 {
+		*v = def
+	}
+	if *v < lo || *v > hi {
+		add(fieldErr(field, "must be %d..%d, got %d", lo, hi, *v))
 	}
 }
 
