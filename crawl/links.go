@@ -165,150 +165,196 @@ func ExtractLinks(body []byte, maxLinks int) Page {
 // browser would. A streaming tokenizer, not a DOM, keeps it fast and its
 // memory bounded by the largest token.
 func Extract(body []byte, o ExtractOptions) Page {
-	var p Page
-	maxLinks := o.MaxLinks
-	z := html.NewTokenizer(bytes.NewReader(body))
-	z.SetMaxBuf(1 << 20) // a single token longer than 1 MiB ends parsing
-	inTitle, inStyle := false, false
-	var title strings.Builder
-	requisite := func(raw ...string) {
-		for _, r := range raw {
-			if r = strings.TrimSpace(r); r == "" || strings.HasPrefix(strings.ToLower(r), "data:") {
-				continue
-			}
-			if maxLinks > 0 && len(p.Requisites) >= maxLinks {
-				p.Truncated = true
-				return
-			}
-			p.Requisites = append(p.Requisites, r)
-		}
-	}
+	e := extractor{o: o, z: html.NewTokenizer(bytes.NewReader(body))}
+	e.z.SetMaxBuf(1 << 20) // a single token longer than 1 MiB ends parsing
 	for {
-		tt := z.Next()
-		switch tt {
+		switch tt := e.z.Next(); tt {
 		case html.ErrorToken:
-			p.Title = cleanText(title.String())
-			return p
+			e.p.Title = cleanText(e.title.String())
+			return e.p
 		case html.TextToken:
-			if inTitle && title.Len() < maxTitle {
-				title.Write(z.Text())
-			}
-			if inStyle {
-				requisite(CSSURLs(z.Text(), 0)...)
-			}
+			e.text(e.z.Text())
 		case html.EndTagToken:
-			switch name, _ := z.TagName(); atom.Lookup(name) {
-			case atom.Title:
-				inTitle = false
-			case atom.Style:
-				inStyle = false
-			}
+			e.endTag()
 		case html.StartTagToken, html.SelfClosingTagToken:
-			name, hasAttr := z.TagName()
-			a := atom.Lookup(name)
-			switch a {
-			case atom.Title:
-				inTitle = p.Title == "" && title.Len() == 0 && tt == html.StartTagToken
-				continue
-			case atom.Style:
-				inStyle = o.Requisites && tt == html.StartTagToken
-				continue
-			case atom.A, atom.Area, atom.Base, atom.Frame, atom.Iframe, atom.Meta, atom.Link:
-			default:
-				if !o.Requisites {
-					continue
-				}
-			}
-			if !hasAttr {
-				continue
-			}
-			var href, src, data, rel, metaName, metaContent, srcset, poster, typ, style, background string
-			for {
-				k, v, more := z.TagAttr()
-				switch string(k) {
-				case "href":
-					href = string(v)
-				case "src":
-					src = string(v)
-				case "rel":
-					rel = string(v)
-				case "name":
-					metaName = strings.ToLower(string(v))
-				case "content":
-					metaContent = string(v)
-				case "srcset":
-					srcset = string(v)
-				case "poster":
-					poster = string(v)
-				case "data":
-					data = string(v)
-				case "type":
-					typ = string(v)
-				case "style":
-					style = string(v)
-				case "background":
-					background = string(v)
-				}
-				if !more {
-					break
-				}
-			}
-			if o.Requisites {
-				switch a {
-				case atom.Img, atom.Source:
-					requisite(src)
-					requisite(Srcset(srcset)...)
-				case atom.Script, atom.Embed, atom.Audio, atom.Track:
-					requisite(src)
-				case atom.Object:
-					requisite(data)
-				case atom.Input:
-					if strings.EqualFold(strings.TrimSpace(typ), "image") {
-						requisite(src)
-					}
-				case atom.Video:
-					requisite(src, poster)
-				case atom.Link:
-					if isRequisiteLink(rel, typ) {
-						requisite(href)
-					}
-				}
-				requisite(background)
-				if style != "" {
-					requisite(CSSURLs([]byte(style), 0)...)
-				}
-			}
-			var (
-				link     string
-				nofollow bool
-			)
-			switch a {
-			case atom.A, atom.Area:
-				link, nofollow = href, relNoFollow(rel)
-			case atom.Link:
-				if p.Canonical == "" && slices.Contains(strings.Fields(strings.ToLower(rel)), "canonical") {
-					p.Canonical = strings.TrimSpace(href)
-				}
-			case atom.Frame, atom.Iframe:
-				link = src
-			case atom.Base:
-				if p.Base == "" {
-					p.Base = strings.TrimSpace(href)
-				}
-			case atom.Meta:
-				p.readMeta(metaName, metaContent)
-			}
-			if link = strings.TrimSpace(link); link == "" {
-				continue
-			}
-			if maxLinks > 0 && len(p.Links) >= maxLinks {
-				p.Truncated = true
-				continue
-			}
-			p.Links = append(p.Links, link)
-			p.RelNoFollow = append(p.RelNoFollow, nofollow)
+			e.startTag(tt)
 		}
 	}
+}
+
+// extractor is Extract's state between tokens.
+type extractor struct {
+	o       ExtractOptions
+	z       *html.Tokenizer
+	p       Page
+	title   strings.Builder
+	inTitle bool // inside the first <title>
+	inStyle bool // inside a <style>, when collecting requisites
+}
+
+// tagAttrs are the attributes of one tag that Extract reads.
+type tagAttrs struct {
+	href, src, data, rel, metaName, metaContent, srcset, poster, typ, style, background string
+}
+
+func (e *extractor) text(t []byte) {
+	if e.inTitle && e.title.Len() < maxTitle {
+		e.title.Write(t)
+	}
+	if e.inStyle {
+		e.requisite(CSSURLs(t, 0)...)
+	}
+}
+
+func (e *extractor) endTag() {
+	switch name, _ := e.z.TagName(); atom.Lookup(name) {
+	case atom.Title:
+		e.inTitle = false
+	case atom.Style:
+		e.inStyle = false
+	}
+}
+
+// startTag reads a tag that opens the title or a style, links, or (with
+// o.Requisites) needs something to render; other tags' attributes are not
+// read at all.
+func (e *extractor) startTag(tt html.TokenType) {
+	name, hasAttr := e.z.TagName()
+	a := atom.Lookup(name)
+	switch a {
+	case atom.Title:
+		e.inTitle = e.p.Title == "" && e.title.Len() == 0 && tt == html.StartTagToken
+		return
+	case atom.Style:
+		e.inStyle = e.o.Requisites && tt == html.StartTagToken
+		return
+	case atom.A, atom.Area, atom.Base, atom.Frame, atom.Iframe, atom.Meta, atom.Link:
+	default:
+		if !e.o.Requisites {
+			return
+		}
+	}
+	if !hasAttr {
+		return
+	}
+	t := readAttrs(e.z)
+	if e.o.Requisites {
+		e.requisitesOf(a, &t)
+	}
+	e.linksOf(a, &t)
+}
+
+// readAttrs reads the current tag's attributes, keeping the last of each
+// name Extract uses.
+func readAttrs(z *html.Tokenizer) tagAttrs {
+	var t tagAttrs
+	for {
+		k, v, more := z.TagAttr()
+		switch string(k) {
+		case "href":
+			t.href = string(v)
+		case "src":
+			t.src = string(v)
+		case "rel":
+			t.rel = string(v)
+		case "name":
+			t.metaName = strings.ToLower(string(v))
+		case "content":
+			t.metaContent = string(v)
+		case "srcset":
+			t.srcset = string(v)
+		case "poster":
+			t.poster = string(v)
+		case "data":
+			t.data = string(v)
+		case "type":
+			t.typ = string(v)
+		case "style":
+			t.style = string(v)
+		case "background":
+			t.background = string(v)
+		}
+		if !more {
+			return t
+		}
+	}
+}
+
+// requisitesOf collects what tag a needs to render.
+func (e *extractor) requisitesOf(a atom.Atom, t *tagAttrs) {
+	switch a {
+	case atom.Img, atom.Source:
+		e.requisite(t.src)
+		e.requisite(Srcset(t.srcset)...)
+	case atom.Script, atom.Embed, atom.Audio, atom.Track:
+		e.requisite(t.src)
+	case atom.Object:
+		e.requisite(t.data)
+	case atom.Input:
+		if strings.EqualFold(strings.TrimSpace(t.typ), "image") {
+			e.requisite(t.src)
+		}
+	case atom.Video:
+		e.requisite(t.src, t.poster)
+	case atom.Link:
+		if isRequisiteLink(t.rel, t.typ) {
+			e.requisite(t.href)
+		}
+	}
+	e.requisite(t.background)
+	if t.style != "" {
+		e.requisite(CSSURLs([]byte(t.style), 0)...)
+	}
+}
+
+// requisite adds raw URLs to Page.Requisites, skipping empty and data:
+// ones, until o.MaxLinks.
+func (e *extractor) requisite(raw ...string) {
+	for _, r := range raw {
+		if r = strings.TrimSpace(r); r == "" || strings.HasPrefix(strings.ToLower(r), "data:") {
+			continue
+		}
+		if e.o.MaxLinks > 0 && len(e.p.Requisites) >= e.o.MaxLinks {
+			e.p.Truncated = true
+			return
+		}
+		e.p.Requisites = append(e.p.Requisites, r)
+	}
+}
+
+// linksOf takes what tag a says about links: one to follow (a, area,
+// frame, iframe), the page's canonical URL or base, or its meta
+// directives.
+func (e *extractor) linksOf(a atom.Atom, t *tagAttrs) {
+	switch a {
+	case atom.A, atom.Area:
+		e.link(t.href, relNoFollow(t.rel))
+	case atom.Link:
+		if e.p.Canonical == "" && slices.Contains(strings.Fields(strings.ToLower(t.rel)), "canonical") {
+			e.p.Canonical = strings.TrimSpace(t.href)
+		}
+	case atom.Frame, atom.Iframe:
+		e.link(t.src, false)
+	case atom.Base:
+		if e.p.Base == "" {
+			e.p.Base = strings.TrimSpace(t.href)
+		}
+	case atom.Meta:
+		e.p.readMeta(t.metaName, t.metaContent)
+	}
+}
+
+// link adds a link to follow to Page.Links, until o.MaxLinks.
+func (e *extractor) link(raw string, nofollow bool) {
+	if raw = strings.TrimSpace(raw); raw == "" {
+		return
+	}
+	if e.o.MaxLinks > 0 && len(e.p.Links) >= e.o.MaxLinks {
+		e.p.Truncated = true
+		return
+	}
+	e.p.Links = append(e.p.Links, raw)
+	e.p.RelNoFollow = append(e.p.RelNoFollow, nofollow)
 }
 
 // cleanText collapses whitespace, drops NULs and replaces invalid UTF-8, so
