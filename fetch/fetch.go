@@ -188,31 +188,39 @@ func New(idlePerHost int, guard Guard) *Fetcher {
 
 // Get fetches url. It never returns an error: failures are in Response.Err
 // or the status, for Classify to judge.
-func (f *Fetcher) Get(ctx context.Context, url string, o Options) (r Response) {
-	if o.Reached != nil {
-		reported := false
-		report := o.Reached
-		o.Reached = func(at time.Time) {
-			if !reported {
-				reported = true
-				report(at)
-			}
-		}
-		defer func() { o.Reached(r.ReachedBy) }() // a request that failed before it went
-	}
+func (f *Fetcher) Get(ctx context.Context, url string, o Options) Response {
 	start := time.Now()
 	ctx = context.WithValue(ctx, connectTimeoutKey{}, o.ConnectTimeout)
 	ctx, cancel := context.WithTimeout(ctx, o.RequestTimeout)
 	defer cancel()
+	req, err := newRequest(ctx, url, o)
+	if err != nil {
+		if o.Reached != nil {
+			o.Reached(time.Time{}) // it never went
+		}
+		return Response{Err: fmt.Errorf("build request: %w", err)}
+	}
+	var cp *capture
+	if o.Capture {
+		cp = newCapture(o.MaxBodyBytes + maxHeaderBytes + captureSlack)
+	}
+	r, complete := f.exchange(req, cancel, cp, o, start)
+	if cp != nil {
+		r.Wire = cp.finish(complete) // after the body is closed: the exchange is over
+	}
+	return r
+}
+
+// newRequest builds the GET that o describes.
+func newRequest(ctx context.Context, url string, o Options) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		r.Err = fmt.Errorf("build request: %w", err)
-		return r
+		return nil, err
 	}
 	req.Header.Set("User-Agent", o.UserAgent)
 	req.Header.Set("Accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.5")
 	// Asked for here, not left to the transport, so that the transport
-	// leaves the body as sent: it is decoded below, beside the capture.
+	// leaves the body as sent: readBody decodes it, beside the capture.
 	req.Header.Set("Accept-Encoding", "gzip")
 	if o.IfNoneMatch != "" {
 		req.Header.Set("If-None-Match", o.IfNoneMatch)
@@ -220,17 +228,17 @@ func (f *Fetcher) Get(ctx context.Context, url string, o Options) (r Response) {
 	if o.IfModifiedSince != "" {
 		req.Header.Set("If-Modified-Since", o.IfModifiedSince)
 	}
+	return req, nil
+}
+
+// exchange sends req, started at start, and reads its answer, calling
+// o.Reached once the host surely has it; cancel ends the request (when the
+// body stalls). complete says the whole response was read (see
+// capture.finish).
+func (f *Fetcher) exchange(req *http.Request, cancel context.CancelFunc, cp *capture, o Options, start time.Time) (r Response, complete bool) {
 	r.Sent = start
-	var cp *capture
-	if o.Capture {
-		cp = newCapture(o.MaxBodyBytes + maxHeaderBytes + captureSlack)
-	}
-	complete := false
-	if cp != nil {
-		defer func() { r.Wire = cp.finish(complete) }()
-	}
 	var reached reachedBy
-	req = req.WithContext(httptrace.WithClientTrace(ctx, reached.trace(cp)))
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), reached.trace(cp)))
 	resp, err := f.client.Do(req)
 	r.ReachedBy = reached.at()
 	if o.Reached != nil {
@@ -238,7 +246,7 @@ func (f *Fetcher) Get(ctx context.Context, url string, o Options) (r Response) {
 	}
 	if err != nil {
 		r.Err, r.Duration = err, time.Since(start)
-		return r
+		return r, false
 	}
 	defer resp.Body.Close()
 	r.Status, r.Header = resp.StatusCode, resp.Header
@@ -247,6 +255,20 @@ func (f *Fetcher) Get(ctx context.Context, url string, o Options) (r Response) {
 	if mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type")); err == nil {
 		r.ContentType = strings.ToLower(mt)
 	}
+	complete, err = r.readBody(resp, o, cancel)
+	r.Duration = time.Since(start)
+	if err != nil {
+		r.Err = fmt.Errorf("read body: %w", err)
+	}
+	return r, complete
+}
+
+// readBody reads resp's body up to o.MaxBodyBytes, undoing its content
+// coding, into Length, Truncated and Digest, and into Body when o keeps
+// bodies of its type (sniffed when the header gave none). cancel aborts a
+// body silent for o.IdleTimeout. complete says the body was read to its
+// end.
+func (r *Response) readBody(resp *http.Response, o Options, cancel context.CancelFunc) (complete bool, err error) {
 	h := sha256.New()
 	keep := o.KeepAnyType || o.KeepBody && (r.IsHTML() || r.ContentType == "") || o.KeepStylesheets && r.IsStylesheet()
 	var raw io.Reader = resp.Body
@@ -281,11 +303,7 @@ func (f *Fetcher) Get(ctx context.Context, url string, o Options) (r Response) {
 		r.Body = nil
 	}
 	r.Digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
-	r.Duration = time.Since(start)
-	if err != nil {
-		r.Err = fmt.Errorf("read body: %w", err)
-	}
-	return r
+	return complete, err
 }
 
 const (
