@@ -218,63 +218,17 @@ func isTemporalFlag(name string) bool {
 // variable the SDK knows works), then flags; and records where each
 // setting came from.
 func (c *Config) applyTemporal(fs *pflag.FlagSet) error {
-	changed := func(name string) *pflag.Flag {
-		if f := fs.Lookup(name); f != nil && f.Changed {
-			return f
-		}
-		return nil
+	fileFrom, profileFrom := c.locateProfile(fs)
+	prof, inFile, err := c.loadProfile(fileFrom, profileFrom)
+	if err != nil {
+		return err
 	}
-	from := map[string]string{}
-	fileFrom := "default"
-	if changed("temporal-config-file") != nil {
-		fileFrom = "--temporal-config-file"
-	} else if v := os.Getenv(EnvTemporalConfigFile); v != "" {
-		c.Temporal.ConfigFile, fileFrom = v, EnvTemporalConfigFile
-	}
-	profileFrom := "default"
-	if changed("temporal-profile") != nil {
-		profileFrom = "--temporal-profile"
-	} else if v := os.Getenv(EnvTemporalProfile); v != "" {
-		c.Temporal.Profile, profileFrom = v, EnvTemporalProfile
-	}
-	from["config_file"], from["profile"] = fileFrom, profileFrom
-
-	file := c.Temporal.ConfigFile
-	if file == "" {
-		file = envconfig.DefaultConfigFilePath()
-	}
-	name := c.Temporal.Profile
-	if name == "" {
-		name = envconfig.DefaultConfigFileProfile
-	}
-	var prof envconfig.ClientConfigProfile
-	if file != "" {
-		conf, err := envconfig.LoadClientConfig(envconfig.LoadClientConfigOptions{ConfigFilePath: file})
-		if err != nil {
-			return fmt.Errorf("temporal config file %s (from %s): %w", file, fileFrom, err)
-		}
-		if p := conf.Profiles[name]; p != nil {
-			prof = *p
-		} else if c.Temporal.Profile != "" {
-			return fmt.Errorf("temporal profile %q (from %s) is not in %s (from %s); it has %s",
-				name, profileFrom, file, fileFrom, listOrNone(slices.Sorted(maps.Keys(conf.Profiles))))
-		}
-	}
-	// What the file set, before the environment and flags write over it.
-	var fromFile Config
-	fromFile.TemporalAddress, fromFile.Namespace = prof.Address, prof.Namespace
-	fromFile.Temporal = Temporal{APIKey: prof.APIKey, GRPCMeta: prof.GRPCMeta, Authority: prof.Authority}
-	if prof.TLS != nil {
-		t := *prof.TLS
-		fromFile.Temporal.TLS = &t
-		prof.TLS = &t // a copy of our own, for the environment and flags to change
-	}
-	prof.GRPCMeta = maps.Clone(prof.GRPCMeta)
+	fromFile := detachProfile(&prof)
 	if err := prof.ApplyEnvVars(environment{}); err != nil {
 		return fmt.Errorf("temporal environment: %w", err)
 	}
 	for _, s := range temporalSettings {
-		if f := changed(s.flag); f != nil && s.set != nil {
+		if f := changedFlag(fs, s.flag); f != nil && s.set != nil {
 			s.set(&prof, f.Value.String())
 		}
 	}
@@ -284,10 +238,90 @@ func (c *Config) applyTemporal(fs *pflag.FlagSet) error {
 	c.Temporal.APIKey, c.Temporal.TLS = prof.APIKey, prof.TLS
 	c.Temporal.GRPCMeta, c.Temporal.Authority = prof.GRPCMeta, prof.Authority
 
-	inFile := fmt.Sprintf("profile %q of %s", name, file)
+	from := c.temporalSources(fs, fromFile, inFile)
+	from["config_file"], from["profile"] = fileFrom, profileFrom
+	c.From.Temporal = from
+	c.From.TemporalAddress = from["address"]
+	return nil
+}
+
+// changedFlag is the flag name of fs if it was set, else nil.
+func changedFlag(fs *pflag.FlagSet, name string) *pflag.Flag {
+	if f := fs.Lookup(name); f != nil && f.Changed {
+		return f
+	}
+	return nil
+}
+
+// locateProfile takes the TOML file and the profile name from the
+// environment unless flags gave them, and says where each came from.
+func (c *Config) locateProfile(fs *pflag.FlagSet) (fileFrom, profileFrom string) {
+	fileFrom = "default"
+	if changedFlag(fs, "temporal-config-file") != nil {
+		fileFrom = "--temporal-config-file"
+	} else if v := os.Getenv(EnvTemporalConfigFile); v != "" {
+		c.Temporal.ConfigFile, fileFrom = v, EnvTemporalConfigFile
+	}
+	profileFrom = "default"
+	if changedFlag(fs, "temporal-profile") != nil {
+		profileFrom = "--temporal-profile"
+	} else if v := os.Getenv(EnvTemporalProfile); v != "" {
+		c.Temporal.Profile, profileFrom = v, EnvTemporalProfile
+	}
+	return fileFrom, profileFrom
+}
+
+// loadProfile reads the chosen profile of the TOML file, and says where it
+// is for Config.From. Without a file, or without the default profile in
+// it, the profile is empty; a named profile must be there.
+func (c *Config) loadProfile(fileFrom, profileFrom string) (prof envconfig.ClientConfigProfile, inFile string, err error) {
+	file := c.Temporal.ConfigFile
+	if file == "" {
+		file = envconfig.DefaultConfigFilePath()
+	}
+	name := c.Temporal.Profile
+	if name == "" {
+		name = envconfig.DefaultConfigFileProfile
+	}
+	if file != "" {
+		conf, err := envconfig.LoadClientConfig(envconfig.LoadClientConfigOptions{ConfigFilePath: file})
+		if err != nil {
+			return prof, "", fmt.Errorf("temporal config file %s (from %s): %w", file, fileFrom, err)
+		}
+		if p := conf.Profiles[name]; p != nil {
+			prof = *p
+		} else if c.Temporal.Profile != "" {
+			return prof, "", fmt.Errorf("temporal profile %q (from %s) is not in %s (from %s); it has %s",
+				name, profileFrom, file, fileFrom, listOrNone(slices.Sorted(maps.Keys(conf.Profiles))))
+		}
+	}
+	return prof, fmt.Sprintf("profile %q of %s", name, file), nil
+}
+
+// detachProfile returns what the profile set, as a Config, before the
+// environment and flags write over it, and gives prof a TLS and gRPC
+// metadata of its own for them to change.
+func detachProfile(prof *envconfig.ClientConfigProfile) Config {
+	var fromFile Config
+	fromFile.TemporalAddress, fromFile.Namespace = prof.Address, prof.Namespace
+	fromFile.Temporal = Temporal{APIKey: prof.APIKey, GRPCMeta: prof.GRPCMeta, Authority: prof.Authority}
+	if prof.TLS != nil {
+		t := *prof.TLS
+		fromFile.Temporal.TLS = &t
+		prof.TLS = &t // a copy of our own, for the environment and flags to change
+	}
+	prof.GRPCMeta = maps.Clone(prof.GRPCMeta)
+	return fromFile
+}
+
+// temporalSources says where each Temporal setting came from: its flag,
+// its environment variable, the profile (fromFile, found at inFile), the
+// TLS settings that imply TLS, or the default.
+func (c *Config) temporalSources(fs *pflag.FlagSet, fromFile Config, inFile string) map[string]string {
+	from := map[string]string{}
 	for _, s := range temporalSettings {
 		switch {
-		case s.flag != "" && changed(s.flag) != nil:
+		case s.flag != "" && changedFlag(fs, s.flag) != nil:
 			from[s.key] = "--" + s.flag
 		case envSet(s.env):
 			from[s.key] = strings.TrimSuffix(s.env, "*")
@@ -299,9 +333,7 @@ func (c *Config) applyTemporal(fs *pflag.FlagSet) error {
 			from[s.key] = "default"
 		}
 	}
-	c.From.Temporal = from
-	c.From.TemporalAddress = from["address"]
-	return nil
+	return from
 }
 
 // environment is the process environment as envconfig reads it, but for
