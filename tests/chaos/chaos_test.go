@@ -29,14 +29,9 @@ var bg = context.Background()
 
 func web(t *testing.T, pages int) *synthweb.Web {
 	t.Helper()
-	w, err := synthweb.Start(synthweb.Config{
+	return harness.StartWeb(t, synthweb.Config{
 		Hosts: 24, Pages: pages, LinksPerPage: 6, CrossHostFraction: 0.3, Seed: 17, Latency: 2 * time.Millisecond,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Close)
-	return w
 }
 
 func spec(w *synthweb.Web) campaign.Spec {
@@ -55,17 +50,6 @@ func waitFetched(t *testing.T, s *harness.Stack, id string, n int64) {
 		err := s.Store.Pool().QueryRow(bg, `SELECT count(*) FROM pages`).Scan(&got)
 		return err == nil && got >= n
 	})
-}
-
-func result(t *testing.T, s *harness.Stack, id string) campaign.Summary {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(bg, 5*time.Minute)
-	defer cancel()
-	var sum campaign.Summary
-	if err := s.Client.GetWorkflow(ctx, id, "").Get(ctx, &sum); err != nil {
-		t.Fatalf("campaign %s: %v", id, err)
-	}
-	return sum
 }
 
 // tally compares the access log with the web: pages never fetched, and
@@ -134,7 +118,7 @@ func TestKilledNodeLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	sum := result(t, s, id)
+	sum := harness.CampaignResult(t, s, id, 5*time.Minute)
 	missing, twice := tally(w)
 	if len(missing) > 0 {
 		t.Fatalf("%d pages never fetched, e.g. %v", len(missing), missing[:min(3, len(missing))])
@@ -215,13 +199,9 @@ func statusAgreesWithPostgres(t *testing.T, s *harness.Stack, id string) {
 // mid-campaign gets work at the next membership refresh and takes the
 // hosts the ring gives it, about its weight's share.
 func TestNewNodeTakesItsShare(t *testing.T) {
-	w, err := synthweb.Start(synthweb.Config{
+	w := harness.StartWeb(t, synthweb.Config{
 		Hosts: 60, Pages: 6000, LinksPerPage: 6, CrossHostFraction: 0.3, Seed: 17, Latency: 2 * time.Millisecond,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Close)
 	s := harness.NewStack(t)
 	s.StartNodeProcess("a", 1)
 	s.StartNodeProcess("b", 1)
@@ -250,7 +230,7 @@ func TestNewNodeTakesItsShare(t *testing.T) {
 		}
 		return false
 	})
-	sum := result(t, s, id)
+	sum := harness.CampaignResult(t, s, id, 5*time.Minute)
 	if missing, twice := tally(w); len(missing) > 0 || len(twice) > 0 {
 		t.Fatalf("%d pages missing, %d fetched twice", len(missing), len(twice))
 	}
@@ -339,7 +319,7 @@ func TestTemporalRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("Temporal down for %v; batches committed %d pages meanwhile", time.Since(down).Round(time.Millisecond), after-before)
-	sum := result(t, s, id)
+	sum := harness.CampaignResult(t, s, id, 5*time.Minute)
 	missing, twice := tally(w)
 	if len(missing) > 0 || len(twice) > 0 {
 		t.Fatalf("after the Temporal restart: %d pages missing, %d fetched twice (e.g. %v)", len(missing), len(twice), keys(twice))
@@ -445,7 +425,7 @@ func TestPostgresRestart(t *testing.T) {
 		t.Errorf("%d history events in the first %v of the outage, more than %d", atRamp-atDown, rampEnd.Round(time.Second), bound)
 	}
 
-	sum := result(t, s, id)
+	sum := harness.CampaignResult(t, s, id, 5*time.Minute)
 	missing, twice := tally(w)
 	if len(missing) > 0 {
 		t.Fatalf("%d pages never fetched after the Postgres outage", len(missing))
@@ -536,7 +516,7 @@ func TestDrainThenStop(t *testing.T) {
 	if err := drained.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	sum := result(t, s, id)
+	sum := harness.CampaignResult(t, s, id, 5*time.Minute)
 	missing, twice := tally(w)
 	if len(missing) > 0 || len(twice) > 0 {
 		t.Fatalf("%d pages missing, %d fetched twice after stopping the drained node", len(missing), len(twice))

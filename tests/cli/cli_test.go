@@ -184,11 +184,7 @@ func newStack(t *testing.T) *stack {
 	for _, n := range []string{"a", "b", "c"} {
 		s.StartNode(n, 1)
 	}
-	web, err := synthweb.Start(synthweb.Config{Hosts: 3, Pages: 60, LinksPerPage: 4, CrossHostFraction: 0.3, Seed: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(web.Close)
+	web := harness.StartWeb(t, synthweb.Config{Hosts: 3, Pages: 60, LinksPerPage: 4, CrossHostFraction: 0.3, Seed: 16})
 	return &stack{Stack: s, web: web, flags: []string{"--temporal-address", s.Config.TemporalAddress,
 		"--database-url", s.Config.DatabaseURL, "--control-queue", s.Config.ControlQueue}}
 }

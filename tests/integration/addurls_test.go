@@ -19,8 +19,8 @@ import (
 // host out of scope. Each is reported as what it is, and every new one is
 // fetched exactly once. The Temporal CLI adds through the same update.
 func TestAddURLsToARunningCampaign(t *testing.T) {
-	crawled := startWeb(t, synthweb.Config{Hosts: 1, Pages: 2000, LinksPerPage: 2, Seed: 15})
-	unlinked := startWeb(t, synthweb.Config{Hosts: 1, Pages: 300, LinksPerPage: 2, Seed: 16})
+	crawled := harness.StartWeb(t, synthweb.Config{Hosts: 1, Pages: 2000, LinksPerPage: 2, Seed: 15})
+	unlinked := harness.StartWeb(t, synthweb.Config{Hosts: 1, Pages: 300, LinksPerPage: 2, Seed: 16})
 	s := harness.NewStack(t)
 	s.StartNode("a", 1)
 	id := "add-" + s.Name
@@ -115,7 +115,7 @@ func TestAddURLsToARunningCampaign(t *testing.T) {
 // is paused while they are added, so that "pending then" is exact: no URL
 // is leased at that moment.
 func TestAddedURLsWithPriorityGoFirst(t *testing.T) {
-	web := startWeb(t, synthweb.Config{Hosts: 1, Pages: 800, Seed: 17})
+	web := harness.StartWeb(t, synthweb.Config{Hosts: 1, Pages: 800, Seed: 17})
 	s := harness.NewStack(t)
 	s.StartNode("a", 1)
 	id := "prio-" + s.Name

@@ -74,7 +74,7 @@ func temporalCLI(t *testing.T) string {
 // CLI starts a working campaign from seeds alone, and the status query
 // answers through it too.
 func TestTemporalCLIStartsCampaignWithDefaults(t *testing.T) {
-	web := startWeb(t, synthweb.Config{Hosts: 4, Pages: 200, LinksPerPage: 4, CrossHostFraction: 0.3, Seed: 3})
+	web := harness.StartWeb(t, synthweb.Config{Hosts: 4, Pages: 200, LinksPerPage: 4, CrossHostFraction: 0.3, Seed: 3})
 	s := harness.NewStack(t)
 	s.StartNode("a", 1)
 	s.StartNode("b", 1)
@@ -160,7 +160,7 @@ func TestBadInputIsNamedAndHarmless(t *testing.T) {
 	}
 
 	// A running campaign shrugs off a bad signal.
-	web := startWeb(t, synthweb.Config{Hosts: 3, Pages: 150, LinksPerPage: 4, CrossHostFraction: 0.5, Seed: 5})
+	web := harness.StartWeb(t, synthweb.Config{Hosts: 3, Pages: 150, LinksPerPage: 4, CrossHostFraction: 0.5, Seed: 5})
 	id := "steady-" + s.Name
 	spec := loopbackSpec(web)
 	spec.Politeness = campaign.Politeness{MinDelay: campaign.Duration(20 * time.Millisecond), MaxConcurrencyPerHost: 1}

@@ -37,31 +37,6 @@ func bounded(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func startWeb(t *testing.T, cfg synthweb.Config) *synthweb.Web {
-	t.Helper()
-	web, err := synthweb.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(web.Close)
-	return web
-}
-
-func runCampaign(t *testing.T, s *harness.Stack, id string, spec campaign.Spec, within time.Duration) campaign.Summary {
-	t.Helper()
-	run, err := s.Campaigns.Start(bg, id, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(bg, within)
-	defer cancel()
-	var sum campaign.Summary
-	if err := run.Get(ctx, &sum); err != nil {
-		t.Fatalf("campaign %s: %v", id, err)
-	}
-	return sum
-}
-
 // assertExactlyOnce checks the invariants against the server's access log
 // and Postgres: every page fetched exactly once (a page that answers 503
 // first is requested once more per 503), nothing else requested but the
@@ -127,7 +102,7 @@ func head(s []string) []string {
 // TestCrawlFetchesEveryPageExactlyOnce is acceptance 3 of the foundation:
 // 3,000 pages over 24 hosts, three nodes weighted 1, 1, 2.
 func TestCrawlFetchesEveryPageExactlyOnce(t *testing.T) {
-	web := startWeb(t, synthweb.Config{
+	web := harness.StartWeb(t, synthweb.Config{
 		Hosts: 24, Pages: 3000, LinksPerPage: 8, CrossHostFraction: 0.3, Seed: 7,
 		DeadLinkFraction: 0.02, TransientFraction: 0.03, TransientAttempts: 1,
 	})
@@ -136,7 +111,7 @@ func TestCrawlFetchesEveryPageExactlyOnce(t *testing.T) {
 	spec := loopbackSpec(web)
 	spec.Retry = campaign.Retry{InitialInterval: campaign.Duration(50 * time.Millisecond)}
 	start := time.Now()
-	sum := runCampaign(t, s, "exactly-once-"+s.Name, spec, 3*time.Minute)
+	sum := harness.RunCampaign(t, s, "exactly-once-"+s.Name, spec, 3*time.Minute)
 	elapsed := time.Since(start)
 	assertExactlyOnce(t, s, web, sum)
 

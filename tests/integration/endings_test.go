@@ -16,7 +16,7 @@ import (
 // campaign's robots_ttl, the host's URLs end failed with the reason, no
 // page of the host having been requested, and the campaign completes.
 func TestRobotsUnreachableForeverEnds(t *testing.T) {
-	web := startWeb(t, synthweb.Config{
+	web := harness.StartWeb(t, synthweb.Config{
 		Hosts: 3, Pages: 3 * 10, LinksPerPage: 3, CrossHostFraction: 0.5, Seed: 11,
 		Custom: map[int]map[string]http.HandlerFunc{1: {"/robots.txt": func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "down", http.StatusServiceUnavailable)
@@ -28,7 +28,7 @@ func TestRobotsUnreachableForeverEnds(t *testing.T) {
 	spec := loopbackSpec(web)
 	spec.Politeness.RobotsTTL = campaign.Duration(time.Second)
 	spec.Politeness.RobotsRetry = campaign.Duration(200 * time.Millisecond)
-	sum := runCampaign(t, s, "robots-down-"+s.Name, spec, 2*time.Minute)
+	sum := harness.RunCampaign(t, s, "robots-down-"+s.Name, spec, 2*time.Minute)
 
 	rows := s.Strings(`SELECT state::text || ' ' || coalesce(last_error, '') FROM frontier WHERE shard_key = $1`, down)
 	if len(rows) == 0 {

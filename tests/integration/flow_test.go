@@ -59,8 +59,8 @@ func watch(t *testing.T, s *harness.Stack, ids ...string) (*watcher, func()) {
 // runs, no node is ever suspect, no batch is given up, and both fetch
 // every page exactly once.
 func TestSlowHostDoesNotStarveASecondCampaign(t *testing.T) {
-	slowWeb := startWeb(t, synthweb.Config{Hosts: 1, Pages: 60, LinksPerPage: 2, Seed: 31, Latency: time.Second})
-	politeWeb := startWeb(t, synthweb.Config{Hosts: 20, Pages: 200, LinksPerPage: 3, Seed: 32, Latency: 20 * time.Millisecond})
+	slowWeb := harness.StartWeb(t, synthweb.Config{Hosts: 1, Pages: 60, LinksPerPage: 2, Seed: 31, Latency: time.Second})
+	politeWeb := harness.StartWeb(t, synthweb.Config{Hosts: 20, Pages: 200, LinksPerPage: 3, Seed: 32, Latency: 20 * time.Millisecond})
 	s := harness.NewStack(t)
 	s.StartNode("a", 1)
 	s.StartNode("b", 1)

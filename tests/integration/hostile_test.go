@@ -125,7 +125,7 @@ func traps() map[string]http.HandlerFunc {
 // node processes stay small.
 func TestTrapsEndWithReasons(t *testing.T) {
 	links := []string{"/calendar?m=0", "/loop/a", "/chain/1", "/big", "/bomb", "/slow", "/many", "/rep/x/", "/utf8"}
-	web := startWeb(t, synthweb.Config{
+	web := harness.StartWeb(t, synthweb.Config{
 		Hosts: 2, Pages: 20, LinksPerPage: 2, CrossHostFraction: 0.5, Seed: 9,
 		Custom: map[int]map[string]http.HandlerFunc{0: traps()}, ExtraLinks: map[int][]string{0: links},
 	})
@@ -135,7 +135,7 @@ func TestTrapsEndWithReasons(t *testing.T) {
 	spec.Limits.MaxQueryURLsPerHost = 5
 	spec.Timeouts.Idle = campaign.Duration(time.Second)
 	spec.Retry = campaign.Retry{MaxAttempts: 2, InitialInterval: campaign.Duration(100 * time.Millisecond)}
-	sum := runCampaign(t, s, "traps-"+s.Name, spec, 4*time.Minute)
+	sum := harness.RunCampaign(t, s, "traps-"+s.Name, spec, 4*time.Minute)
 	if sum.Pending != 0 || sum.Leased != 0 {
 		t.Fatalf("campaign left work: %+v", sum)
 	}
@@ -256,7 +256,7 @@ func TestPrivateAddressesRefused(t *testing.T) {
 		seeds = append(seeds, "http://"+v6.l.Addr().String()+"/")
 	}
 	spec := campaign.Spec{Seeds: seeds, Retry: campaign.Retry{MaxAttempts: 1}}
-	sum := runCampaign(t, s, "ssrf-"+s.Name, spec, 2*time.Minute)
+	sum := harness.RunCampaign(t, s, "ssrf-"+s.Name, spec, 2*time.Minute)
 	fr := frontierByURL(t, s)
 	refused := append(append([]string{}, seeds[:3]...), seeds[4:]...)
 	for _, u := range refused {
@@ -286,7 +286,7 @@ func TestPrivateAddressesRefused(t *testing.T) {
 // `spiderpool campaign retry-failed` re-queues them so the next run fetches
 // what now works.
 func TestRetriesAndRetryFailed(t *testing.T) {
-	web := startWeb(t, synthweb.Config{
+	web := harness.StartWeb(t, synthweb.Config{
 		Hosts: 3, Pages: 90, LinksPerPage: 3, CrossHostFraction: 0.4, Seed: 13,
 		TransientFraction: 0.08, TransientAttempts: 2, DeadLinkFraction: 0.15,
 	})
@@ -296,7 +296,7 @@ func TestRetriesAndRetryFailed(t *testing.T) {
 	spec := loopbackSpec(web)
 	spec.Retry = campaign.Retry{MaxAttempts: 3, InitialInterval: campaign.Duration(50 * time.Millisecond)}
 	id := "retries-" + s.Name
-	sum := runCampaign(t, s, id, spec, 2*time.Minute)
+	sum := harness.RunCampaign(t, s, id, spec, 2*time.Minute)
 	assertExactlyOnce(t, s, web, sum) // each transient page: two 503s, then 200
 	fr := frontierByURL(t, s)
 	transient := 0
@@ -324,12 +324,7 @@ func TestRetriesAndRetryFailed(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("re-queued %d failed URL(s); the campaign is running again", len(dead))) {
 		t.Fatalf("retry-failed: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	ctx, cancel := context.WithTimeout(bg, 2*time.Minute)
-	defer cancel()
-	var again campaign.Summary
-	if err := s.Client.GetWorkflow(ctx, id, "").Get(ctx, &again); err != nil {
-		t.Fatal(err)
-	}
+	again := harness.CampaignResult(t, s, id, 2*time.Minute)
 	hits := web.Hits()
 	for _, d := range dead {
 		if hits[d] != 2 {

@@ -19,7 +19,7 @@ import (
 // so many 503s cause makes it take about two minutes.
 func TestMaxPagesWaitsForRetriesAndLeavesNothingLeased(t *testing.T) {
 	const maxPages = 60
-	web := startWeb(t, synthweb.Config{Hosts: 3, Pages: 300, LinksPerPage: 3, Seed: 61,
+	web := harness.StartWeb(t, synthweb.Config{Hosts: 3, Pages: 300, LinksPerPage: 3, Seed: 61,
 		TransientFraction: 0.3, TransientAttempts: 2})
 	s := harness.NewStack(t)
 	s.StartNode("a", 1)
@@ -29,7 +29,7 @@ func TestMaxPagesWaitsForRetriesAndLeavesNothingLeased(t *testing.T) {
 	spec.Seeds = web.Roots()
 	spec.Limits.MaxPages = maxPages
 	spec.Retry = campaign.Retry{MaxAttempts: 4, InitialInterval: campaign.Duration(500 * time.Millisecond), BackoffCoefficient: 2}
-	sum := runCampaign(t, s, "limits-"+s.Name, spec, 8*time.Minute)
+	sum := harness.RunCampaign(t, s, "limits-"+s.Name, spec, 8*time.Minute)
 
 	if sum.Fetched+sum.Failed != maxPages || sum.Failed != 0 {
 		states := s.Strings(`SELECT state::text || ' ' || coalesce(last_error, '') || ' ' || (first_leased_at IS NOT NULL)::text || ' ' || count(*)

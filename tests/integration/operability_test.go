@@ -138,7 +138,7 @@ func archivedStatus(t *testing.T, uri string, wr gowarc.WarcRecord) int {
 // Temporal SDK counters moving; at the end the WARC files, read back and
 // validated by the WARC library, hold every fetched page exactly once.
 func TestWARCAndMetrics(t *testing.T) {
-	web := startWeb(t, synthweb.Config{
+	web := harness.StartWeb(t, synthweb.Config{
 		Hosts: 8, Pages: 800, LinksPerPage: 6, CrossHostFraction: 0.3, Seed: 11,
 		DeadLinkFraction: 0.02, TransientFraction: 0.03, TransientAttempts: 1,
 	})

@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"bytes"
-	"compress/gzip"
 	"fmt"
 	"net/http"
 	"slices"
@@ -37,7 +35,7 @@ func gaps(log []synthweb.Request) []time.Duration {
 // and moved to another node mid-crawl by a reweight; no two requests to it
 // come closer than a second, by the server's clock.
 func TestCrawlDelayHoldsAcrossNodesAndReweight(t *testing.T) {
-	web := startWeb(t, synthweb.Config{
+	web := harness.StartWeb(t, synthweb.Config{
 		Hosts: 6, Pages: 6 * 14, LinksPerPage: 3, CrossHostFraction: 0.3, Seed: 21,
 		Custom: map[int]map[string]http.HandlerFunc{1: {"/robots.txt": robotsFile("User-agent: *\nCrawl-delay: 1\n")}},
 	})
@@ -96,7 +94,7 @@ func TestRobotsAndBackoff(t *testing.T) {
 		retryAfter  = 2 * time.Second
 		disallowing = robotsFile("User-agent: spiderpool\nDisallow: /p/\n\nUser-agent: *\nDisallow:\n")
 	)
-	web := startWeb(t, synthweb.Config{
+	web := harness.StartWeb(t, synthweb.Config{
 		Hosts: 4, Pages: 4 * 15, LinksPerPage: 3, CrossHostFraction: 0.5, Seed: 5,
 		// Host 3 answers its first page request after the root with a 429.
 		Intercept: map[int]func(http.ResponseWriter, *http.Request) bool{3: func(w http.ResponseWriter, r *http.Request) bool {
@@ -135,7 +133,7 @@ func TestRobotsAndBackoff(t *testing.T) {
 	spec.Politeness.MaxConcurrencyPerHost = 1
 	spec.Politeness.RobotsRetry = campaign.Duration(time.Second)
 	spec.Retry.InitialInterval = campaign.Duration(50 * time.Millisecond)
-	sum := runCampaign(t, s, "robots-"+s.Name, spec, 3*time.Minute)
+	sum := harness.RunCampaign(t, s, "robots-"+s.Name, spec, 3*time.Minute)
 
 	// Host 1: only its root and robots.txt were requested; its /p/ pages
 	// are excluded, with the reason.
@@ -200,7 +198,7 @@ func TestSitemapsAddSeeds(t *testing.T) {
 		w.Header().Set("Content-Type", "text/html")
 		fmt.Fprint(w, "<title>orphan</title>")
 	}
-	web = startWeb(t, synthweb.Config{
+	web = harness.StartWeb(t, synthweb.Config{
 		Hosts: 1, Pages: 5, LinksPerPage: 1, Seed: 3,
 		Custom: map[int]map[string]http.HandlerFunc{0: {
 			"/robots.txt": func(w http.ResponseWriter, r *http.Request) {
@@ -217,7 +215,7 @@ func TestSitemapsAddSeeds(t *testing.T) {
 				}
 				b.WriteString(`</urlset>`)
 				w.Header().Set("Content-Type", "application/gzip")
-				w.Write(gzipped(b.String()))
+				w.Write(harness.Gzipped(b.String()))
 			},
 			"/orphan/": orphan,
 		}},
@@ -226,7 +224,7 @@ func TestSitemapsAddSeeds(t *testing.T) {
 	s.StartNode("a", 1)
 	spec := loopbackSpec(web)
 	spec.Sitemaps.Enabled = true
-	sum := runCampaign(t, s, "sitemaps-"+s.Name, spec, time.Minute)
+	sum := harness.RunCampaign(t, s, "sitemaps-"+s.Name, spec, time.Minute)
 	hits := web.Hits()
 	for i := range 5 {
 		u := fmt.Sprintf("http://%s/orphan/%d", web.Hosts()[0], i)
@@ -237,12 +235,4 @@ func TestSitemapsAddSeeds(t *testing.T) {
 	if sum.Fetched != 10 {
 		t.Errorf("fetched %d, want the 5 linked pages and the 5 from the sitemap", sum.Fetched)
 	}
-}
-
-func gzipped(s string) []byte {
-	var b bytes.Buffer
-	zw := gzip.NewWriter(&b)
-	zw.Write([]byte(s))
-	zw.Close()
-	return b.Bytes()
 }

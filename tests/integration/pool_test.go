@@ -15,14 +15,14 @@ import (
 // histories, with the pages it fetched.
 func poolCrawl(t *testing.T, name string, start func(*harness.Stack)) (harness.HistoryCost, int64) {
 	t.Helper()
-	web := startWeb(t, synthweb.Config{Hosts: 40, Pages: 1000, LinksPerPage: 4, Seed: 53, Latency: 5 * time.Millisecond})
+	web := harness.StartWeb(t, synthweb.Config{Hosts: 40, Pages: 1000, LinksPerPage: 4, Seed: 53, Latency: 5 * time.Millisecond})
 	s := harness.NewStack(t)
 	start(s)
 	spec := loopbackSpec(web)
 	spec.Seeds = web.Roots()
 	spec.Politeness = campaign.Politeness{MaxConcurrencyPerHost: 1, MinDelay: campaign.Duration(200 * time.Millisecond)}
 	id := name + "-" + s.Name
-	sum := runCampaign(t, s, id, spec, 3*time.Minute)
+	sum := harness.RunCampaign(t, s, id, spec, 3*time.Minute)
 	if missing, dup := web.Tally(); missing > 0 || dup > 0 || sum.Fetched != int64(len(web.Pages())) {
 		t.Fatalf("%s: fetched %d of %d pages, %d missing and %d fetched twice by the web's log",
 			name, sum.Fetched, len(web.Pages()), missing, dup)
@@ -71,7 +71,7 @@ func TestControlPlaneCostDoesNotGrowWithThePool(t *testing.T) {
 // registers, holds its own claims and fetches its own hosts: a campaign on
 // one process of 8 replicas spreads its hosts over them, each page once.
 func TestReplicasAreNodesOfTheirOwn(t *testing.T) {
-	web := startWeb(t, synthweb.Config{Hosts: 24, Pages: 600, LinksPerPage: 4, Seed: 59, Latency: 2 * time.Millisecond})
+	web := harness.StartWeb(t, synthweb.Config{Hosts: 24, Pages: 600, LinksPerPage: 4, Seed: 59, Latency: 2 * time.Millisecond})
 	s := harness.NewStack(t)
 	s.StartNodeWith("r", 1, func(c *config.Config) { c.Node.Replicas = 8 })
 	registered := s.Strings(`SELECT id FROM nodes WHERE id LIKE $1 ORDER BY id`, s.NodeID("r")+"-%")
@@ -80,7 +80,7 @@ func TestReplicasAreNodesOfTheirOwn(t *testing.T) {
 	}
 	spec := loopbackSpec(web)
 	spec.Seeds = web.Roots()
-	sum := runCampaign(t, s, "replicas-"+s.Name, spec, 2*time.Minute)
+	sum := harness.RunCampaign(t, s, "replicas-"+s.Name, spec, 2*time.Minute)
 	if missing, dup := web.Tally(); missing > 0 || dup > 0 {
 		t.Fatalf("%d pages missing, %d fetched twice", missing, dup)
 	}

@@ -21,7 +21,7 @@ import (
 // 304 and send no body, only the changed ones are downloaded, the removed
 // ones are recorded gone, and it moves under 0.3x the first run's bytes.
 func TestScheduledRecrawlDownloadsOnlyWhatChanged(t *testing.T) {
-	web := startWeb(t, synthweb.Config{Hosts: 4, Pages: 400, LinksPerPage: 4, Seed: 15, PageBytes: 4 << 10, PlainLinks: true})
+	web := harness.StartWeb(t, synthweb.Config{Hosts: 4, Pages: 400, LinksPerPage: 4, Seed: 15, PageBytes: 4 << 10, PlainLinks: true})
 	s := harness.NewStack(t)
 	s.StartNode("a", 1)
 	s.StartNode("b", 1)

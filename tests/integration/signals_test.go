@@ -102,7 +102,7 @@ func waitFetched(t *testing.T, s *harness.Stack, id string, n int64) campaign.St
 // hosts, the drained node gets no batch after the drain, nothing is lost,
 // and every change has a node_weight_history row.
 func TestReweightAndDrainMidCampaign(t *testing.T) {
-	web := startWeb(t, synthweb.Config{
+	web := harness.StartWeb(t, synthweb.Config{
 		Hosts: 24, Pages: 4000, LinksPerPage: 6, CrossHostFraction: 0.3, Seed: 11, Latency: 2 * time.Millisecond,
 	})
 	s := harness.NewStack(t)

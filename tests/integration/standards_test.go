@@ -17,7 +17,7 @@ import (
 
 // standardsWeb is one host whose root links to synthweb's standards site.
 func standardsWeb(t *testing.T) *synthweb.Web {
-	return startWeb(t, synthweb.Config{
+	return harness.StartWeb(t, synthweb.Config{
 		Hosts: 1, Pages: 1, Seed: 12, PlainLinks: true,
 		Custom:     map[int]map[string]http.HandlerFunc{0: synthweb.StandardsSite()},
 		ExtraLinks: map[int][]string{0: {synthweb.StdIndex}},
@@ -48,7 +48,7 @@ func TestRobotsTxtAndQueryOrderAsLinked(t *testing.T) {
 	s := harness.NewStack(t)
 	s.StartNode("a", 1)
 	id := "standards-robots-" + s.Name
-	sum := runCampaign(t, s, id, loopbackSpec(web), 2*time.Minute)
+	sum := harness.RunCampaign(t, s, id, loopbackSpec(web), 2*time.Minute)
 
 	requested := map[string]bool{}
 	for _, r := range web.Log(host) {
@@ -98,7 +98,7 @@ func TestPageRobotsAndCharsets(t *testing.T) {
 	warcDir := t.TempDir()
 	node := s.StartNodeWith("a", 1, func(c *config.Config) { c.Node.WARCDir = warcDir })
 	id := "standards-pages-" + s.Name
-	runCampaign(t, s, id, loopbackSpec(web), 2*time.Minute)
+	harness.RunCampaign(t, s, id, loopbackSpec(web), 2*time.Minute)
 	s.StopNode(node) // closes its WARC files
 
 	requested := map[string]bool{}
@@ -171,7 +171,7 @@ func TestPageRobotsCampaignChoices(t *testing.T) {
 	spec := loopbackSpec(web)
 	spec.Archive.IgnoreNoarchive = true
 	spec.Scope.FollowNofollow = new(false)
-	runCampaign(t, s, "standards-choices-"+s.Name, spec, 2*time.Minute)
+	harness.RunCampaign(t, s, "standards-choices-"+s.Name, spec, 2*time.Minute)
 	s.StopNode(node)
 
 	requested := map[string]bool{}

@@ -50,10 +50,10 @@ func TestTracesReachCollector(t *testing.T) {
 	go srv.Serve(l) //nolint:errcheck // ends with Stop
 	t.Cleanup(srv.Stop)
 
-	web := startWeb(t, synthweb.Config{Hosts: 2, Pages: 60, LinksPerPage: 4, Seed: 3})
+	web := harness.StartWeb(t, synthweb.Config{Hosts: 2, Pages: 60, LinksPerPage: 4, Seed: 3})
 	s := harness.NewStack(t)
 	node := s.StartNodeWith("a", 1, func(c *config.Config) { c.Node.OTLPEndpoint = "http://" + l.Addr().String() })
-	sum := runCampaign(t, s, "traced-"+s.Name, loopbackSpec(web), 2*time.Minute)
+	sum := harness.RunCampaign(t, s, "traced-"+s.Name, loopbackSpec(web), 2*time.Minute)
 	assertExactlyOnce(t, s, web, sum)
 	s.StopNode(node) // flushes the batched spans
 

@@ -40,15 +40,11 @@ var bg = context.Background()
 func shopWeb(t *testing.T, pages int, latency time.Duration) (*synthweb.Web, *synthweb.Shop) {
 	t.Helper()
 	shop := synthweb.NewShop(pages)
-	web, err := synthweb.Start(synthweb.Config{
+	web := harness.StartWeb(t, synthweb.Config{
 		Hosts: 1, Pages: 1, Latency: latency,
 		Custom:     map[int]map[string]http.HandlerFunc{0: shop.Site()},
 		ExtraLinks: map[int][]string{0: {synthweb.ShopRoot}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(web.Close)
 	return web, shop
 }
 
@@ -67,21 +63,6 @@ func productsOn(queue string) campaign.Processor {
 	return campaign.Processor{Name: "products", TaskQueue: queue, Activity: "products", BatchSize: 50,
 		Timeout: campaign.Duration(10 * time.Second),
 		Retry:   campaign.ProcessorRetry{InitialInterval: campaign.Duration(200 * time.Millisecond)}}
-}
-
-func run(t *testing.T, s *harness.Stack, id string, spec campaign.Spec, within time.Duration) campaign.Summary {
-	t.Helper()
-	r, err := s.Campaigns.Start(bg, id, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(bg, within)
-	defer cancel()
-	var sum campaign.Summary
-	if err := r.Get(ctx, &sum); err != nil {
-		t.Fatalf("campaign %s: %v", id, err)
-	}
-	return sum
 }
 
 func key(t *testing.T, s *harness.Stack, id string) int64 {
@@ -171,7 +152,7 @@ func TestGoProcessorItemsEqualTheShop(t *testing.T) {
 	// children that carry batches whose pages go inline).
 	products := productsOn(queue)
 	products.Batch = campaign.BatchReference
-	sum := run(t, s, "shop-go", shopSpec(web, products), 5*time.Minute)
+	sum := harness.RunCampaign(t, s, "shop-go", shopSpec(web, products), 5*time.Minute)
 	pages := int64(shop.Pages() + 1)
 	if sum.Fetched != pages {
 		t.Errorf("fetched %d pages, want %d", sum.Fetched, pages)
@@ -225,7 +206,7 @@ func TestFailingProcessorFailsItsPagesAndTheCampaignCompletes(t *testing.T) {
 	spec := shopSpec(web, campaign.Processor{Name: "broken", TaskQueue: queue, Activity: "broken", BatchSize: 50,
 		Batch: campaign.BatchReference,
 		Retry: campaign.ProcessorRetry{MaxAttempts: 3, InitialInterval: campaign.Duration(100 * time.Millisecond)}})
-	sum := run(t, s, "broken", spec, 3*time.Minute)
+	sum := harness.RunCampaign(t, s, "broken", spec, 3*time.Minute)
 	if inRun, inChildren := batchPlaces(t, s, "broken", "broken"); inRun != 0 || inChildren == 0 {
 		t.Errorf("%d batches ran in the campaign's history and %d in children: want all in children, since no node serves batches", inRun, inChildren)
 	}
@@ -632,7 +613,7 @@ func TestTypeScriptProcessorMatchesGo(t *testing.T) {
 
 	p := productsOn(queue)
 	p.Bodies = campaign.BodiesReference
-	sum := run(t, s, "shop-ts", shopSpec(web, p), 5*time.Minute)
+	sum := harness.RunCampaign(t, s, "shop-ts", shopSpec(web, p), 5*time.Minute)
 	equalTruth(t, shop, items(t, s, "shop-ts", "products"))
 	st := processorStatus(t, s, "shop-ts")["products"]
 	if pages := int64(shop.Pages() + 1); sum.Fetched != pages || st.Processed != pages || st.Failed != 0 {
@@ -663,11 +644,7 @@ func repoRoot(t *testing.T) string {
 func TestLargeBodiesStayUnderTheTaskLimit(t *testing.T) {
 	s := harness.NewStack(t)
 	s.StartNodeWith("a", 1, func(c *config.Config) { c.Node.BodiesAddr = "127.0.0.1:0" })
-	web, err := synthweb.Start(synthweb.Config{Hosts: 2, Pages: 400, LinksPerPage: 3, Seed: 5, PageBytes: 60_000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(web.Close)
+	web := harness.StartWeb(t, synthweb.Config{Hosts: 2, Pages: 400, LinksPerPage: 3, Seed: 5, PageBytes: 60_000})
 	queue := s.Name + ".sizes"
 	var mu sync.Mutex
 	sizes := map[string]int{}
@@ -887,7 +864,7 @@ func TestCancelledCampaignKeepsNoBodyAndLosesNoPage(t *testing.T) {
 	go func() { done <- p.Run(pctx, processor.WithClient(s.Client)) }()
 	t.Cleanup(func() { pcancel(); <-done })
 
-	sum := run(t, s, id, spec, 3*time.Minute)
+	sum := harness.RunCampaign(t, s, id, spec, 3*time.Minute)
 	if sum.Fetched != pages {
 		t.Errorf("fetched %d pages, want %d", sum.Fetched, pages)
 	}

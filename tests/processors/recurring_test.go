@@ -37,11 +37,7 @@ import (
 func TestRecurringRunsItemsCoverUnchangedPagesWithLastVersion(t *testing.T) {
 	s := harness.NewStack(t)
 	s.StartNode("a", 1)
-	web, err := synthweb.Start(synthweb.Config{Hosts: 2, Pages: 80, LinksPerPage: 3, Seed: 31, PlainLinks: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(web.Close)
+	web := harness.StartWeb(t, synthweb.Config{Hosts: 2, Pages: 80, LinksPerPage: 3, Seed: 31, PlainLinks: true})
 
 	queue := s.Name + ".versions"
 	seen := &pagesSeen{byCampaign: map[string]map[string]bool{}}
@@ -73,7 +69,7 @@ func TestRecurringRunsItemsCoverUnchangedPagesWithLastVersion(t *testing.T) {
 	runs := []string{s.Name + "-1", s.Name + "-2", s.Name + "-3"}
 
 	// Run 1: every page is new, processed by both.
-	run(t, s, runs[0], spec, 2*time.Minute)
+	harness.RunCampaign(t, s, runs[0], spec, 2*time.Minute)
 	pages := web.Pages()
 	want := map[string]versionItem{}
 	for _, u := range pages {
@@ -91,7 +87,7 @@ func TestRecurringRunsItemsCoverUnchangedPagesWithLastVersion(t *testing.T) {
 	web.Reset()
 
 	// Run 2: the unchanged pages answer 304, and keep their items of run 1.
-	run(t, s, runs[1], spec, 2*time.Minute)
+	harness.RunCampaign(t, s, runs[1], spec, 2*time.Minute)
 	downloaded, notModified := map[string]int{}, map[string]int{}
 	for _, host := range web.Hosts() {
 		for _, r := range web.Log(host) {
@@ -128,7 +124,7 @@ func TestRecurringRunsItemsCoverUnchangedPagesWithLastVersion(t *testing.T) {
 	// Run 3: nothing live is due, so nothing live is asked; every page
 	// keeps the items of the run that fetched its version.
 	web.Reset()
-	run(t, s, runs[2], spec, 2*time.Minute)
+	harness.RunCampaign(t, s, runs[2], spec, 2*time.Minute)
 	if served := web.Served(); served.Requests != len(removed) || served.ByStatus[http.StatusGone] != len(removed) {
 		t.Errorf("run 3: the web answered %d requests %v, want only the %d removed pages, 410", served.Requests, served.ByStatus, len(removed))
 	}

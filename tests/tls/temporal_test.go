@@ -83,11 +83,7 @@ func (w tlsWorld) secured(cfg config.Config, apiKey string) config.Config {
 // gateway's record shows each API key as the SDK sent it.
 func TestCampaignThroughMutualTLSWithAPIKeys(t *testing.T) {
 	w := newTLSWorld(t)
-	web, err := synthweb.Start(synthweb.Config{Hosts: 8, Pages: 240, LinksPerPage: 4, CrossHostFraction: 0.3, Seed: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(web.Close)
+	web := harness.StartWeb(t, synthweb.Config{Hosts: 8, Pages: 240, LinksPerPage: 4, CrossHostFraction: 0.3, Seed: 16})
 	s := harness.NewStack(t)
 	cfg := w.secured(s.Config, clientKey)
 	c, err := control.Dial(bg, cfg, s.Log)

@@ -20,16 +20,12 @@ import (
 
 func TestMain(m *testing.M) { harness.Main(m) }
 
-func startWeb(t *testing.T, seed int64) *synthweb.Web {
+// upgradeWeb is the web both releases crawl: 4,000 pages over 24 hosts.
+func upgradeWeb(t *testing.T, seed int64) *synthweb.Web {
 	t.Helper()
-	w, err := synthweb.Start(synthweb.Config{
+	return harness.StartWeb(t, synthweb.Config{
 		Hosts: 24, Pages: 4000, LinksPerPage: 6, CrossHostFraction: 0.3, Seed: seed, Latency: 2 * time.Millisecond,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Close)
-	return w
 }
 
 // specFor is a spec both releases read: only fields v0.1.0 knows. Paced
@@ -173,7 +169,7 @@ func describeRuns(runs []runFacts) string {
 // page fetched once, except the pages the stopped nodes held.
 func TestRollingUpgradeOfARunningCampaign(t *testing.T) {
 	old, cur := releaseBinary(t), harness.Binary(t)
-	w := startWeb(t, 31)
+	w := upgradeWeb(t, 31)
 	c := newCluster(t, "roll")
 	o1 := c.startNode(old, PreviousRelease, "old1", 1)
 	o2 := c.startNode(old, PreviousRelease, "old2", 1)
@@ -218,7 +214,7 @@ func TestRollingUpgradeOfARunningCampaign(t *testing.T) {
 // fetched once.
 func TestNewRunBesideOldNodes(t *testing.T) {
 	old, cur := releaseBinary(t), harness.Binary(t)
-	w := startWeb(t, 37)
+	w := upgradeWeb(t, 37)
 	c := newCluster(t, "mixed")
 	n1 := c.startNode(cur, "current", "new1", 1)
 	n2 := c.startNode(cur, "current", "new2", 1)
@@ -274,11 +270,7 @@ func TestNewRunBesideOldNodes(t *testing.T) {
 // with the fields it knows, and the stored spec keeps the others for the
 // nodes that know them.
 func TestSpecFromNewerVersionRuns(t *testing.T) {
-	w, err := synthweb.Start(synthweb.Config{Hosts: 2, Pages: 60, LinksPerPage: 3, Seed: 41})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Close)
+	w := harness.StartWeb(t, synthweb.Config{Hosts: 2, Pages: 60, LinksPerPage: 3, Seed: 41})
 	s := harness.NewStack(t)
 	s.StartNode("a", 1)
 	id := "newer-spec-" + s.Name

@@ -6,7 +6,6 @@ package warc
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"fmt"
 	"net/http"
@@ -22,21 +21,6 @@ import (
 
 func TestMain(m *testing.M) { harness.Main(m) }
 
-func runCampaign(t *testing.T, s *harness.Stack, id string, spec campaign.Spec, within time.Duration) campaign.Summary {
-	t.Helper()
-	run, err := s.Campaigns.Start(context.Background(), id, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	var sum campaign.Summary
-	if err := run.Get(ctx, &sum); err != nil {
-		t.Fatalf("campaign %s: %v", id, err)
-	}
-	return sum
-}
-
 const maxBody = 64 << 10
 
 // samePayload is served at two URLs.
@@ -50,14 +34,6 @@ func html(title string, links ...string) string {
 	}
 	b.WriteString("</body></html>")
 	return b.String()
-}
-
-func gzipped(s string) []byte {
-	var b bytes.Buffer
-	zw := gzip.NewWriter(&b)
-	zw.Write([]byte(s))
-	zw.Close()
-	return b.Bytes()
 }
 
 // exchangeSite serves what issue 14 asks to see archived faithfully: a
@@ -85,7 +61,7 @@ func exchangeSite(host *string) http.Handler {
 		w.Header().Set("Content-Type", "text/html")
 		w.Header().Set("Content-Encoding", "gzip")
 		w.Header().Set("Vary", "Accept-Encoding")
-		w.Write(gzipped(html("gzip", "/behind-gzip.html")))
+		w.Write(harness.Gzipped(html("gzip", "/behind-gzip.html")))
 	})
 	page("/behind-gzip.html", html("linked from inside gzip"))
 	mux.HandleFunc("/chunked.html", func(w http.ResponseWriter, r *http.Request) {
@@ -133,7 +109,7 @@ func TestArchivedBytesAreTheBytesSent(t *testing.T) {
 		Limits:   campaign.Limits{MaxBodyBytes: maxBody},
 		Sitemaps: campaign.Sitemaps{Enabled: true},
 	}
-	sum := runCampaign(t, s, id, spec, 2*time.Minute)
+	sum := harness.RunCampaign(t, s, id, spec, 2*time.Minute)
 	s.StopNode(node) // closes its WARC files
 	crawled := time.Since(start)
 

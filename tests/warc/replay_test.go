@@ -92,7 +92,7 @@ func TestWACZReplaysInABrowser(t *testing.T) {
 	warcDir := t.TempDir()
 	node := s.StartNodeWith("a", 1, func(c *config.Config) { c.Node.WARCDir = warcDir })
 	id := "replay-" + s.Name
-	runCampaign(t, s, id, campaign.Spec{
+	harness.RunCampaign(t, s, id, campaign.Spec{
 		Seeds: []string{"http://" + srv.Host + "/"},
 		Scope: campaign.Scope{Hosts: []string{srv.Host}, Requisites: true},
 	}, 2*time.Minute)

@@ -115,7 +115,7 @@ func TestRequisitesArchivedOnceApartFromPages(t *testing.T) {
 		Scope: campaign.Scope{Hosts: []string{srv.Host}, Requisites: true},
 	}
 	start := time.Now()
-	sum := runCampaign(t, s, id, spec, 2*time.Minute)
+	sum := harness.RunCampaign(t, s, id, spec, 2*time.Minute)
 	took := time.Since(start)
 	s.StopNode(node)
 
