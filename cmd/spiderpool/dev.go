@@ -3,11 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -94,8 +93,10 @@ can kill to watch its hosts move to other nodes.`,
 			if bouncer != "auto" && bouncer != "on" && bouncer != "off" {
 				return usageError(fmt.Errorf("--pgbouncer is auto, on or off, not %q", bouncer))
 			}
-			ports := devPorts{temporal: tport, ui: uiport, pg: pgport, bouncer: bport, metrics: mport}
-			return a.runDev(cmd.Context(), ws, replicas, ports, bouncer, stateDir, warcDir)
+			return a.runDev(cmd.Context(), devOptions{
+				weights: ws, replicas: replicas, bouncer: bouncer, stateDir: stateDir, warcDir: warcDir,
+				ports: devPorts{temporal: tport, ui: uiport, pg: pgport, bouncer: bport, metrics: mport},
+			})
 		},
 	}
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "number of node processes")
@@ -159,232 +160,299 @@ func wantPgBouncer(mode string, nodes, dbConns int, ownServer bool) bool {
 	return false
 }
 
-func (a *app) runDev(ctx context.Context, weights []float64, replicas int, ports devPorts, bouncer, stateDir, warcDir string) error {
-	tport, uiport, pgport := ports.temporal, ports.ui, ports.pg
-	if err := os.MkdirAll(filepath.Join(stateDir, "logs"), 0o755); err != nil {
+// devOptions are what `spiderpool dev` was asked to run.
+type devOptions struct {
+	weights  []float64 // one node process per weight
+	replicas int       // node identities in each process
+	ports    devPorts
+	bouncer  string // --pgbouncer: auto, on or off
+	stateDir string
+	warcDir  string
+}
+
+// devStack is the stack `spiderpool dev` runs, and what it undoes when it
+// ends: last started, first stopped.
+type devStack struct {
+	opts  devOptions
+	cfg   config.Config // as the nodes see it
+	state DevState
+	nodes []*devstack.Node
+	// watchers report nodes that exit while the stack runs.
+	watchers sync.WaitGroup
+	undo     []func()
+}
+
+func (a *app) runDev(ctx context.Context, opts devOptions) error {
+	if err := os.MkdirAll(filepath.Join(opts.stateDir, "logs"), 0o755); err != nil {
 		return err
 	}
-	cfg := a.cfg
-	state := DevState{ControlQueue: cfg.ControlQueue}
-
-	if cfg.From.DatabaseURL == "default" {
-		if err := portFree(pgport, "Postgres", "--pg-port"); err != nil {
-			return err
-		}
-		fmt.Println("starting Postgres (throwaway cluster) on 127.0.0.1:" + strconv.Itoa(pgport) + " ...")
-		pgLog, err := os.Create(filepath.Join(stateDir, "logs", "postgres.log"))
-		if err != nil {
-			return err
-		}
-		defer pgLog.Close()
-		pg, err := devstack.StartPostgres(ctx, devstack.PostgresOptions{Port: pgport, Output: pgLog, MaxConnections: devMaxConnections})
-		if err != nil {
-			return err
-		}
-		defer pg.Stop() //nolint:errcheck
-		if cfg.DatabaseURL, err = pg.CreateDatabase(ctx, "spiderpool"); err != nil {
-			return err
-		}
+	d := &devStack{opts: opts, cfg: a.cfg, state: DevState{ControlQueue: a.cfg.ControlQueue}}
+	defer d.stop()
+	if err := d.startPostgres(ctx); err != nil {
+		return err
 	}
-	if wantPgBouncer(bouncer, len(weights), cfg.Node.DBConns, cfg.From.DatabaseURL != "default") {
-		if err := portFree(ports.bouncer, "PgBouncer", "--pgbouncer-port"); err != nil {
-			return err
-		}
-		upstream, err := devstack.UpstreamOf(cfg.DatabaseURL)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("starting PgBouncer (transaction mode) on 127.0.0.1:%d in front of %s:%d ...\n", ports.bouncer, upstream.Host, upstream.Port)
-		bLog, err := os.Create(filepath.Join(stateDir, "logs", "pgbouncer.log"))
-		if err != nil {
-			return err
-		}
-		defer bLog.Close()
-		b, err := devstack.StartPgBouncer(ctx, devstack.PgBouncerOptions{Port: ports.bouncer, Upstream: upstream, Output: bLog})
-		if err != nil {
-			return err
-		}
-		defer b.Stop() //nolint:errcheck
-		state.DirectDatabaseURL = config.RedactDatabaseURL(cfg.DatabaseURL)
-		cfg.DatabaseURL = b.URL(upstream.Database)
+	if err := d.startPgBouncer(ctx); err != nil {
+		return err
 	}
-	state.DatabaseURL = cfg.DatabaseURL
-
-	if cfg.From.TemporalAddress == "default" {
-		if err := portFree(tport, "Temporal", "--temporal-port"); err != nil {
-			return err
-		}
-		if err := portFree(uiport, "the Temporal Web UI", "--ui-port"); err != nil {
-			return err
-		}
-		fmt.Println("starting Temporal dev server on 127.0.0.1:" + strconv.Itoa(tport) + " ...")
-		tLog, err := os.Create(filepath.Join(stateDir, "logs", "temporal.log"))
-		if err != nil {
-			return err
-		}
-		defer tLog.Close()
-		t, err := devstack.StartTemporal(ctx, devstack.TemporalOptions{Port: tport, UIPort: uiport, Output: tLog})
-		if err != nil {
-			return err
-		}
-		defer t.Stop() //nolint:errcheck
-		cfg.TemporalAddress = t.Address()
-		state.WebUI = "http://localhost:" + strconv.Itoa(uiport)
+	d.state.DatabaseURL = d.cfg.DatabaseURL
+	if err := d.startTemporal(ctx); err != nil {
+		return err
 	}
-	state.TemporalAddress = cfg.TemporalAddress
-
-	st, err := store.Connect(ctx, cfg)
+	d.state.TemporalAddress = d.cfg.TemporalAddress
+	st, err := d.migrate(ctx, a.logger())
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	if _, err := st.Migrate(ctx, a.logger()); err != nil {
-		return err
-	}
-
-	self, err := os.Executable()
+	secretFile, err := writeDevSecret(opts.stateDir)
 	if err != nil {
 		return err
 	}
-	// The nodes serve page bodies to processors that present this secret;
-	// dev.env names its file for processors started by hand.
-	secretFile, err := filepath.Abs(filepath.Join(stateDir, "node-secret"))
+	if err := d.startNodes(ctx, secretFile); err != nil {
+		return err
+	}
+	if err := devstack.WaitRegistered(ctx, st, time.Minute, d.nodes...); err != nil {
+		return fmt.Errorf("%w; see their logs in %s", err, filepath.Join(opts.stateDir, "logs"))
+	}
+	envFile, err := d.writeStateFiles(secretFile)
 	if err != nil {
 		return err
 	}
-	if _, err := config.WriteNodeSecret(secretFile); err != nil {
-		return err
-	}
-	var procs []*exec.Cmd
-	var wg sync.WaitGroup
-	defer func() {
-		for _, p := range procs {
-			_ = p.Process.Signal(syscall.SIGTERM)
-		}
-		wg.Wait()
-	}()
-	for i, w := range weights {
-		id := fmt.Sprintf("node-%d", i+1)
-		logPath := filepath.Join(stateDir, "logs", id+".log")
-		logFile, err := os.Create(logPath)
-		if err != nil {
-			return err
-		}
-		defer logFile.Close()
-		// The dev stack crawls webs on this machine: its nodes opt in to
-		// private addresses, which nodes refuse by default.
-		// A generous connect timeout: fifty nodes starting at once keep
-		// the dev server busy for more than the default 5 s.
-		args := []string{"worker", "--node", id, "--weight", strconv.FormatFloat(w, 'g', -1, 64),
-			"--log-level", cfg.LogLevel, "--allow-private-networks", "--connect-timeout", "30s",
-			"--replicas", strconv.Itoa(replicas), "--bodies-addr", "127.0.0.1:0"}
-		var metricsURL string
-		if ports.metrics > 0 {
-			port := ports.metrics + i
-			if err := portFree(port, id+"'s metrics", "--metrics-port"); err != nil {
-				return err
-			}
-			args = append(args, "--metrics-addr", "127.0.0.1:"+strconv.Itoa(port))
-			metricsURL = "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics"
-		}
-		if warcDir != "" {
-			args = append(args, "--warc-dir", warcDir)
-		}
-		p := exec.Command(self, args...)
-		p.Env = append(os.Environ(),
-			config.EnvDatabaseURL+"="+cfg.DatabaseURL,
-			config.EnvTemporalAddress+"="+cfg.TemporalAddress,
-			config.EnvNamespace+"="+cfg.Namespace,
-			config.EnvControlQueue+"="+cfg.ControlQueue,
-			config.EnvNodeSecretFile+"="+secretFile)
-		if cfg.From.TemporalAddress == "default" {
-			// The dev server started above speaks plain gRPC, whatever TLS
-			// or API key the environment or a temporal CLI profile holds.
-			p.Env = append(p.Env, "TEMPORAL_TLS=false")
-		}
-		p.Stdout, p.Stderr = logFile, logFile
-		devstack.DieWithParent(p, syscall.SIGTERM)
-		if err := p.Start(); err != nil {
-			return fmt.Errorf("start %s: %w", id, err)
-		}
-		procs = append(procs, p)
-		state.Nodes = append(state.Nodes, DevNode{ID: id, Weight: w, PID: p.Process.Pid, Log: logPath, Metrics: metricsURL,
-			Identities: config.Node{ID: id, Replicas: replicas}.IDs()})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := p.Wait()
-			if ctx.Err() == nil {
-				fmt.Printf("%s (pid %d) exited: %v; its hosts move to the other nodes\n", id, p.Process.Pid, err)
-			}
-		}()
-	}
-	if err := waitRegistered(ctx, st, state.Nodes); err != nil {
-		return err
-	}
-
-	doc, _ := json.MarshalIndent(state, "", "  ")
-	if err := os.WriteFile(filepath.Join(stateDir, "dev.json"), doc, 0o644); err != nil {
-		return err
-	}
-	envFile := filepath.Join(stateDir, "dev.env")
-	env := fmt.Sprintf("export %s=%q\nexport %s=%q\nexport %s=%q\nexport %s=%q\n", config.EnvDatabaseURL, cfg.DatabaseURL,
-		config.EnvTemporalAddress, cfg.TemporalAddress, config.EnvControlQueue, cfg.ControlQueue,
-		config.EnvNodeSecretFile, secretFile)
-	if err := os.WriteFile(envFile, []byte(env), 0o644); err != nil {
-		return err
-	}
-	fmt.Println("\nspiderpool dev is up")
-	fmt.Printf("  Temporal   %s\n", cfg.TemporalAddress)
-	if state.WebUI != "" {
-		fmt.Printf("  Web UI     %s\n", state.WebUI)
-	}
-	fmt.Printf("  Postgres   %s (the nodes' URL)\n", cfg.DatabaseURL)
-	if state.DirectDatabaseURL != "" {
-		fmt.Printf("             through PgBouncer (transaction mode), which fronts %s\n", state.DirectDatabaseURL)
-	}
-	for _, n := range state.Nodes {
-		fmt.Printf("  %-10s weight %-4g pid %-7d log %s  %s\n", n.ID, n.Weight, n.PID, n.Log, n.Metrics)
-	}
-	if warcDir != "" {
-		fmt.Printf("  WARC files %s\n", warcDir)
-	}
-	fmt.Printf("  Bodies     on 127.0.0.1, to processors with the node secret in %s\n", secretFile)
-	fmt.Printf("\nIn another shell:  source %s\n", envFile)
-	fmt.Println("  bin/spiderpool campaign start --seed http://127.0.0.1:PORT/ --wait")
-	fmt.Println("Kill a node (kill -9 PID) to watch its hosts move. Ctrl-C stops everything.")
+	d.printUp(secretFile, envFile)
 	<-ctx.Done()
 	fmt.Println("\nstopping ...")
 	return nil
 }
 
-func waitRegistered(ctx context.Context, st *store.Store, nodes []DevNode) error {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		reg, err := st.Nodes(ctx, nil)
-		if err != nil {
+// onStop has f run when the stack stops, before what was started earlier
+// is stopped.
+func (d *devStack) onStop(f func()) { d.undo = append(d.undo, f) }
+
+// stop undoes the stack, last started first.
+func (d *devStack) stop() {
+	for i := len(d.undo) - 1; i >= 0; i-- {
+		d.undo[i]()
+	}
+}
+
+// logFile creates <state-dir>/logs/<name>.log, closed when the stack stops.
+func (d *devStack) logFile(name string) (*os.File, error) {
+	f, err := os.Create(filepath.Join(d.opts.stateDir, "logs", name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	d.onStop(func() { f.Close() })
+	return f, nil
+}
+
+// startPostgres starts the private throwaway cluster, unless DATABASE_URL
+// names a server of the user's.
+func (d *devStack) startPostgres(ctx context.Context) error {
+	if d.cfg.From.DatabaseURL != "default" {
+		return nil
+	}
+	port := d.opts.ports.pg
+	if err := portFree(port, "Postgres", "--pg-port"); err != nil {
+		return err
+	}
+	fmt.Println("starting Postgres (throwaway cluster) on 127.0.0.1:" + strconv.Itoa(port) + " ...")
+	out, err := d.logFile("postgres")
+	if err != nil {
+		return err
+	}
+	pg, err := devstack.StartPostgres(ctx, devstack.PostgresOptions{Port: port, Output: out, MaxConnections: devMaxConnections})
+	if err != nil {
+		return err
+	}
+	d.onStop(func() { _ = pg.Stop() })
+	d.cfg.DatabaseURL, err = pg.CreateDatabase(ctx, "spiderpool")
+	return err
+}
+
+// startPgBouncer puts PgBouncer in front of Postgres when wantPgBouncer
+// says so; the nodes then connect to it.
+func (d *devStack) startPgBouncer(ctx context.Context) error {
+	if !wantPgBouncer(d.opts.bouncer, len(d.opts.weights), d.cfg.Node.DBConns, d.cfg.From.DatabaseURL != "default") {
+		return nil
+	}
+	port := d.opts.ports.bouncer
+	if err := portFree(port, "PgBouncer", "--pgbouncer-port"); err != nil {
+		return err
+	}
+	upstream, err := devstack.UpstreamOf(d.cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("starting PgBouncer (transaction mode) on 127.0.0.1:%d in front of %s:%d ...\n", port, upstream.Host, upstream.Port)
+	out, err := d.logFile("pgbouncer")
+	if err != nil {
+		return err
+	}
+	b, err := devstack.StartPgBouncer(ctx, devstack.PgBouncerOptions{Port: port, Upstream: upstream, Output: out})
+	if err != nil {
+		return err
+	}
+	d.onStop(func() { _ = b.Stop() })
+	d.state.DirectDatabaseURL = config.RedactDatabaseURL(d.cfg.DatabaseURL)
+	d.cfg.DatabaseURL = b.URL(upstream.Database)
+	return nil
+}
+
+// startTemporal starts the Temporal dev server with its Web UI, unless
+// TEMPORAL_ADDRESS names a server of the user's.
+func (d *devStack) startTemporal(ctx context.Context) error {
+	if d.cfg.From.TemporalAddress != "default" {
+		return nil
+	}
+	port, uiPort := d.opts.ports.temporal, d.opts.ports.ui
+	if err := portFree(port, "Temporal", "--temporal-port"); err != nil {
+		return err
+	}
+	if err := portFree(uiPort, "the Temporal Web UI", "--ui-port"); err != nil {
+		return err
+	}
+	fmt.Println("starting Temporal dev server on 127.0.0.1:" + strconv.Itoa(port) + " ...")
+	out, err := d.logFile("temporal")
+	if err != nil {
+		return err
+	}
+	t, err := devstack.StartTemporal(ctx, devstack.TemporalOptions{Port: port, UIPort: uiPort, Output: out})
+	if err != nil {
+		return err
+	}
+	d.onStop(func() { _ = t.Stop() })
+	d.cfg.TemporalAddress = t.Address()
+	d.state.WebUI = "http://localhost:" + strconv.Itoa(uiPort)
+	return nil
+}
+
+// migrate brings the database's schema up to date before any node starts,
+// and keeps the store open to watch the nodes register.
+func (d *devStack) migrate(ctx context.Context, log *slog.Logger) (*store.Store, error) {
+	st, err := store.Connect(ctx, d.cfg)
+	if err != nil {
+		return nil, err
+	}
+	d.onStop(st.Close)
+	if _, err := st.Migrate(ctx, log); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// writeDevSecret writes a node secret to <state-dir>/node-secret (keeping
+// one there) and returns the file's absolute path. The nodes serve page
+// bodies to processors that present it; dev.env names the file for
+// processors started by hand.
+func writeDevSecret(stateDir string) (string, error) {
+	file, err := filepath.Abs(filepath.Join(stateDir, "node-secret"))
+	if err != nil {
+		return "", err
+	}
+	_, err = config.WriteNodeSecret(file)
+	return file, err
+}
+
+// startNodes starts a node process per weight, stopped (SIGTERM, all at
+// once) when the stack stops.
+func (d *devStack) startNodes(ctx context.Context, secretFile string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	d.onStop(func() {
+		devstack.StopNodes(d.nodes...)
+		d.watchers.Wait()
+	})
+	env := devstack.Env{DatabaseURL: d.cfg.DatabaseURL, TemporalAddress: d.cfg.TemporalAddress, Namespace: d.cfg.Namespace,
+		ControlQueue: d.cfg.ControlQueue, NodeSecretFile: secretFile}
+	if d.cfg.From.TemporalAddress == "default" {
+		// The dev server started above speaks plain gRPC, whatever TLS
+		// or API key the environment or a temporal CLI profile holds.
+		env.Extra = []string{"TEMPORAL_TLS=false"}
+	}
+	for i, w := range d.opts.weights {
+		if err := d.startNode(ctx, self, i, w, env); err != nil {
 			return err
 		}
-		alive := map[string]bool{}
-		for _, n := range reg {
-			alive[n.ID] = n.Alive
-		}
-		ready := true
-		for _, n := range nodes {
-			for _, id := range n.Identities {
-				ready = ready && alive[id]
-			}
-		}
-		if ready {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errors.New("nodes did not register within a minute; see their logs in the state dir")
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
 	}
+	return nil
+}
+
+// startNode starts node-<i+1>, logging to <state-dir>/logs, and reports
+// its exit should it die while the stack runs.
+func (d *devStack) startNode(ctx context.Context, bin string, i int, weight float64, env devstack.Env) error {
+	id := fmt.Sprintf("node-%d", i+1)
+	// The dev stack crawls webs on this machine: its nodes opt in to
+	// private addresses, which nodes refuse by default.
+	// A generous connect timeout: fifty nodes starting at once keep
+	// the dev server busy for more than the default 5 s.
+	flags := []string{"--log-level", d.cfg.LogLevel, "--allow-private-networks", "--connect-timeout", "30s",
+		"--bodies-addr", "127.0.0.1:0"}
+	var metricsURL string
+	if d.opts.ports.metrics > 0 {
+		port := d.opts.ports.metrics + i
+		if err := portFree(port, id+"'s metrics", "--metrics-port"); err != nil {
+			return err
+		}
+		flags = append(flags, "--metrics-addr", "127.0.0.1:"+strconv.Itoa(port))
+		metricsURL = "http://127.0.0.1:" + strconv.Itoa(port) + "/metrics"
+	}
+	if d.opts.warcDir != "" {
+		flags = append(flags, "--warc-dir", d.opts.warcDir)
+	}
+	logPath := filepath.Join(d.opts.stateDir, "logs", id+".log")
+	n, err := devstack.StartNode(devstack.NodeOptions{
+		Binary: bin, ID: id, Weight: weight, Replicas: d.opts.replicas, Flags: flags, Env: env,
+		ProcessOptions: devstack.ProcessOptions{Log: logPath, ParentDeath: syscall.SIGTERM},
+	})
+	if err != nil {
+		return err
+	}
+	d.nodes = append(d.nodes, n)
+	d.state.Nodes = append(d.state.Nodes, DevNode{ID: id, Weight: weight, PID: n.PID(), Log: logPath, Metrics: metricsURL,
+		Identities: n.Identities})
+	d.watchers.Go(func() {
+		<-n.Exited()
+		if ctx.Err() == nil {
+			fmt.Printf("%s (pid %d) exited: %v; its hosts move to the other nodes\n", id, n.PID(), n.Err())
+		}
+	})
+	return nil
+}
+
+// writeStateFiles writes dev.json, for scripts, and dev.env, for shells,
+// to the state directory; it returns dev.env's path.
+func (d *devStack) writeStateFiles(secretFile string) (string, error) {
+	doc, _ := json.MarshalIndent(d.state, "", "  ")
+	if err := os.WriteFile(filepath.Join(d.opts.stateDir, "dev.json"), doc, 0o644); err != nil {
+		return "", err
+	}
+	envFile := filepath.Join(d.opts.stateDir, "dev.env")
+	env := fmt.Sprintf("export %s=%q\nexport %s=%q\nexport %s=%q\nexport %s=%q\n", config.EnvDatabaseURL, d.cfg.DatabaseURL,
+		config.EnvTemporalAddress, d.cfg.TemporalAddress, config.EnvControlQueue, d.cfg.ControlQueue,
+		config.EnvNodeSecretFile, secretFile)
+	return envFile, os.WriteFile(envFile, []byte(env), 0o644)
+}
+
+// printUp tells the user where everything is and what to do next.
+func (d *devStack) printUp(secretFile, envFile string) {
+	fmt.Println("\nspiderpool dev is up")
+	fmt.Printf("  Temporal   %s\n", d.cfg.TemporalAddress)
+	if d.state.WebUI != "" {
+		fmt.Printf("  Web UI     %s\n", d.state.WebUI)
+	}
+	fmt.Printf("  Postgres   %s (the nodes' URL)\n", d.cfg.DatabaseURL)
+	if d.state.DirectDatabaseURL != "" {
+		fmt.Printf("             through PgBouncer (transaction mode), which fronts %s\n", d.state.DirectDatabaseURL)
+	}
+	for _, n := range d.state.Nodes {
+		fmt.Printf("  %-10s weight %-4g pid %-7d log %s  %s\n", n.ID, n.Weight, n.PID, n.Log, n.Metrics)
+	}
+	if d.opts.warcDir != "" {
+		fmt.Printf("  WARC files %s\n", d.opts.warcDir)
+	}
+	fmt.Printf("  Bodies     on 127.0.0.1, to processors with the node secret in %s\n", secretFile)
+	fmt.Printf("\nIn another shell:  source %s\n", envFile)
+	fmt.Println("  bin/spiderpool campaign start --seed http://127.0.0.1:PORT/ --wait")
+	fmt.Println("Kill a node (kill -9 PID) to watch its hosts move. Ctrl-C stops everything.")
 }
