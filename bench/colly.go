@@ -1,18 +1,18 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/gocolly/colly/v2"
+
+	"github.com/spiderpool/spiderpool/devstack"
 )
 
 // crawlResult is one crawler's run as `bench colly` reports it.
@@ -44,7 +44,8 @@ func collyCrawl(args []string) error {
 		return err
 	}
 	c.Wait()
-	res := crawlResult{Pages: pages.Load(), Seconds: time.Since(start).Seconds(), PeakRSSMB: float64(peakRSS(os.Getpid())) / (1 << 20)}
+	rss, _ := devstack.PeakRSS(os.Getpid())
+	res := crawlResult{Pages: pages.Load(), Seconds: time.Since(start).Seconds(), PeakRSSMB: float64(rss) / (1 << 20)}
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
 
@@ -60,21 +61,4 @@ func runColly(seed string, parallelism int) (crawlResult, error) {
 	}
 	var r crawlResult
 	return r, json.Unmarshal(out, &r)
-}
-
-// peakRSS reads a process's VmHWM, in bytes.
-func peakRSS(pid int) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }

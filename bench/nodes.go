@@ -711,7 +711,7 @@ func (s *stack) killOne(p poolPlan, pc poolCampaign) (*killResult, error) {
 		sample()
 		killedAt = time.Now()
 		res.KilledAt = killedAt.Sub(c.start).Seconds()
-		if err := nodes.procs[0].Process.Signal(syscall.SIGKILL); err != nil {
+		if err := nodes.procs[0].Signal(syscall.SIGKILL); err != nil {
 			return err
 		}
 		sample() // what it held as it died

@@ -8,11 +8,9 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"syscall"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -129,7 +127,7 @@ func (s *stack) stop() {
 type nodeSet struct {
 	n         int // the stack's run number: campaign IDs use it
 	db        string
-	procs     []*exec.Cmd
+	procs     []*devstack.Node
 	client    client.Client
 	campaigns *control.Campaigns
 	// secret is the node secret the nodes serve bodies behind and the
@@ -151,47 +149,25 @@ func (s *stack) startNodes() (_ *nodeSet, err error) {
 	if err := s.freshStart(ctx); err != nil {
 		return nil, err
 	}
-	db, err := s.pg.CreateDatabase(ctx, fmt.Sprintf("bench_%d", s.runs))
-	if err != nil {
+	if r.db, err = s.pg.CreateDatabase(ctx, fmt.Sprintf("bench_%d", s.runs)); err != nil {
 		return nil, err
 	}
-	r.db = db
-	nodeDB := db // what the nodes connect to
-	if s.bouncer != nil {
-		nodeDB = s.bouncer.URL(fmt.Sprintf("bench_%d", s.runs))
-	}
 	cfg := config.Default()
-	cfg.DatabaseURL, cfg.TemporalAddress = db, s.temporal.Address()
+	cfg.DatabaseURL, cfg.TemporalAddress = r.db, s.temporal.Address()
 	cfg.ControlQueue = fmt.Sprintf("bench.%d", s.runs)
+	env := devstack.Env{DatabaseURL: s.nodeDatabase(r.db), TemporalAddress: cfg.TemporalAddress,
+		ControlQueue: cfg.ControlQueue, NodeSecret: r.secret}
 	for i, w := range s.nodes.weights {
-		id := fmt.Sprintf("bench%d-n%d", s.runs, i+1)
-		args := []string{"worker", "--node", id, "--weight", strconv.FormatFloat(w, 'g', -1, 64),
-			"--allow-private-networks", "--log-level", "warn", "--connect-timeout", "30s"}
-		if s.nodes.concurrency > 0 {
-			args = append(args, "--fetch-concurrency", strconv.Itoa(s.nodes.concurrency))
-		}
-		if s.nodes.replicas > 1 {
-			args = append(args, "--replicas", strconv.Itoa(s.nodes.replicas))
-		}
-		// Each node serves metrics and, behind the node secret, page
-		// bodies, as deployed nodes do: processors get bodies by reference
-		// from it.
-		args = append(args, "--metrics-addr", "127.0.0.1:0", "--bodies-addr", "127.0.0.1:0")
-		if base := os.Getenv("BENCH_PPROF_BASE"); base != "" { // profile the nodes: 127.0.0.1:<base+i>
-			port, _ := strconv.Atoi(base)
-			args = append(args, "--pprof", fmt.Sprintf("127.0.0.1:%d", port+i))
-		}
-		p := exec.Command(s.bin, args...)
-		p.Env = append(os.Environ(), config.EnvDatabaseURL+"="+nodeDB, config.EnvTemporalAddress+"="+cfg.TemporalAddress,
-			config.EnvControlQueue+"="+cfg.ControlQueue, config.EnvNodeSecret+"="+r.secret)
-		p.Stderr = os.Stderr
-		devstack.DieWithParent(p, syscall.SIGKILL)
-		if err := p.Start(); err != nil {
+		n, err := devstack.StartNode(devstack.NodeOptions{
+			Binary: s.bin, ID: fmt.Sprintf("bench%d-n%d", s.runs, i+1), Weight: w, Replicas: s.nodes.replicas,
+			Flags: s.nodeFlags(i), Env: env, ProcessOptions: devstack.ProcessOptions{Output: os.Stderr},
+		})
+		if err != nil {
 			return nil, err
 		}
-		r.procs = append(r.procs, p)
+		r.procs = append(r.procs, n)
 	}
-	if err := waitRegistered(ctx, db, s.nodes.identities()); err != nil {
+	if err := waitRegistered(ctx, r.db, r.procs); err != nil {
 		return nil, err
 	}
 	if r.client, err = control.Dial(ctx, cfg, slog.New(slog.DiscardHandler)); err != nil {
@@ -199,6 +175,31 @@ func (s *stack) startNodes() (_ *nodeSet, err error) {
 	}
 	r.campaigns = &control.Campaigns{Client: r.client, Queue: cfg.ControlQueue}
 	return r, nil
+}
+
+// nodeDatabase is the URL the nodes reach the run's database db at:
+// through PgBouncer when it runs.
+func (s *stack) nodeDatabase(db string) string {
+	if s.bouncer != nil {
+		return s.bouncer.URL(fmt.Sprintf("bench_%d", s.runs))
+	}
+	return db
+}
+
+// nodeFlags are the worker flags of the plan's i-th node.
+func (s *stack) nodeFlags(i int) []string {
+	flags := []string{"--allow-private-networks", "--log-level", "warn", "--connect-timeout", "30s"}
+	if s.nodes.concurrency > 0 {
+		flags = append(flags, "--fetch-concurrency", strconv.Itoa(s.nodes.concurrency))
+	}
+	// Each node serves metrics and, behind the node secret, page bodies,
+	// as deployed nodes do: processors get bodies by reference from it.
+	flags = append(flags, "--metrics-addr", "127.0.0.1:0", "--bodies-addr", "127.0.0.1:0")
+	if base := os.Getenv("BENCH_PPROF_BASE"); base != "" { // profile the nodes: 127.0.0.1:<base+i>
+		port, _ := strconv.Atoi(base)
+		flags = append(flags, "--pprof", fmt.Sprintf("127.0.0.1:%d", port+i))
+	}
+	return flags
 }
 
 // freshStart gives each run the same start: the last run's database is
@@ -222,36 +223,24 @@ func (s *stack) freshStart(ctx context.Context) error {
 	return err
 }
 
-// waitRegistered waits until n nodes are alive in the registry at db.
-func waitRegistered(ctx context.Context, db string, n int) error {
+// waitRegistered waits until the nodes are alive in the registry at db,
+// read straight from Postgres: the bench's own reads stay out of the
+// nodes' pool.
+func waitRegistered(ctx context.Context, db string, nodes []*devstack.Node) error {
 	st, err := store.Open(ctx, db, 2, 10*time.Second)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	for deadline := time.Now().Add(time.Minute); ; {
-		nodes, err := st.Nodes(ctx, nil)
-		alive := 0
-		for _, n := range nodes {
-			if n.Alive {
-				alive++
-			}
-		}
-		if err == nil && alive == n {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("nodes did not register")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return devstack.WaitRegistered(ctx, st, time.Minute, nodes...)
 }
 
 // peakRSS is the nodes' peak resident sets, summed, in bytes.
 func (r *nodeSet) peakRSS() int64 {
 	var rss int64
 	for _, p := range r.procs {
-		rss += peakRSS(p.Process.Pid)
+		n, _ := p.PeakRSS()
+		rss += n
 	}
 	return rss
 }
@@ -261,10 +250,7 @@ func (r *nodeSet) stop() {
 	if r.client != nil {
 		r.client.Close()
 	}
-	for _, p := range r.procs {
-		p.Process.Signal(syscall.SIGTERM)
-		p.Wait()
-	}
+	devstack.StopNodes(r.procs...)
 }
 
 // spiderpoolResult is a crawl plus what only spiderpool reports.
