@@ -162,131 +162,188 @@ func newFetcher(cfg config.Config, hl httpListener) (*fetch.Fetcher, error) {
 	return fetch.New(max(4, cfg.Node.FetchConcurrency/8), guard), nil
 }
 
+// nodeRun is one node process at work: its control-queue worker, the
+// crawl engine of each of its node identities with their registrations,
+// and the puller and committer they share; and, for a plain node, the
+// worker on its own task queue. runNode builds it; fx starts and stops it.
+type nodeRun struct {
+	cfg config.Config
+	log *slog.Logger
+	st  *store.Store
+	tc  client.Client
+	ids []string
+
+	controlWorker worker.Worker
+	nodeWorker    worker.Worker // nil for a process with replicas
+	regs          []store.Registration
+	engines       []*activities.Fetch
+	puller        *activities.Puller
+	commits       *activities.Commits
+
+	// life ends the heartbeat, sweep and policy loops when the node stops.
+	life     context.Context
+	stopLife context.CancelFunc
+	loops    sync.WaitGroup
+}
+
 func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Store, tc client.Client, f *fetch.Fetcher,
 	m *metrics.Registry, arch *archive.Writer, hl httpListener, tr *tracing) {
-	n := cfg.Node
-	ids := n.IDs()
-	identity := fmt.Sprintf("%s@%s:%d", n.ID, hostname(), os.Getpid())
+	r := &nodeRun{cfg: cfg, log: log, st: st, tc: tc, ids: cfg.Node.IDs()}
+	identity := fmt.Sprintf("%s@%s:%d", cfg.Node.ID, hostname(), os.Getpid())
+	r.controlWorker = r.newControlWorker(identity)
+	r.buildEngines(f, m, arch, hl, tr)
+	if r.single() {
+		r.nodeWorker = r.newNodeWorker(identity)
+	}
+	r.life, r.stopLife = context.WithCancel(context.Background())
+	lc.Append(fx.Hook{OnStart: r.start, OnStop: r.stop})
+}
 
-	controlWorker := worker.New(tc, cfg.ControlQueue, worker.Options{
+// single is a plain node: one identity, which also runs FetchBatch
+// activities on its own task queue.
+func (r *nodeRun) single() bool { return len(r.ids) == 1 }
+
+// newControlWorker is the worker of the control queue: campaign workflows
+// and control activities.
+func (r *nodeRun) newControlWorker(identity string) worker.Worker {
+	w := worker.New(r.tc, r.cfg.ControlQueue, worker.Options{
 		Identity:          identity,
 		WorkerStopTimeout: 10 * time.Second,
 		// Local activities (lease, ring history) are short Postgres calls.
 		MaxConcurrentLocalActivityExecutionSize: 64,
 	})
-	workflows.Register(controlWorker)
-	(&activities.Control{Store: st, Log: log, SearchAttributes: searchAttributes(tc, cfg.Namespace)}).Register(controlWorker)
+	workflows.Register(w)
+	(&activities.Control{Store: r.st, Log: r.log, SearchAttributes: searchAttributes(r.tc, r.cfg.Namespace)}).Register(w)
+	return w
+}
 
-	// Every identity takes pool runs' batches from Postgres through the
-	// process's one puller. A plain node also runs FetchBatch activities on
-	// its own task queue, for runs that schedule them (started before pool
-	// runs); identities of a process with replicas poll no task queue, so
-	// a thousand of them cost Temporal nothing.
-	single := len(ids) == 1
+// buildEngines gives each node identity its registration and crawl
+// engine. Every identity takes pool runs' batches from Postgres through the
+// process's one puller. A plain node also runs FetchBatch activities on
+// its own task queue, for runs that schedule them (started before pool
+// runs); identities of a process with replicas poll no task queue, so
+// a thousand of them cost Temporal nothing.
+func (r *nodeRun) buildEngines(f *fetch.Fetcher, m *metrics.Registry, arch *archive.Writer, hl httpListener, tr *tracing) {
+	n := r.cfg.Node
 	caps := []string{campaign.CapPull}
-	if single {
+	if r.single() {
 		caps = append(caps, campaign.CapBatches)
 	}
-	puller := activities.NewPuller(st, tr.tracer, log)
-	commits := activities.NewCommits(st, m.Crawl, log)
-	regs := make([]store.Registration, len(ids))
-	engines := make([]*activities.Fetch, len(ids))
-	for i, id := range ids {
-		regs[i] = store.Registration{
+	r.puller = activities.NewPuller(r.st, tr.tracer, r.log)
+	r.commits = activities.NewCommits(r.st, m.Crawl, r.log)
+	r.regs = make([]store.Registration, len(r.ids))
+	r.engines = make([]*activities.Fetch, len(r.ids))
+	for i, id := range r.ids {
+		r.regs[i] = store.Registration{
 			ID: id, Weight: n.Weight, Queue: campaign.NodeQueue(id), Version: Version,
 			Incarnation: incarnation(), TTL: n.TTL, BodiesAddr: hl.bodiesAddr, MetricsAddr: hl.metricsAddr, Capabilities: caps,
 		}
-		holder := store.HolderToken(id, regs[i].Incarnation)
+		holder := store.HolderToken(id, r.regs[i].Incarnation)
 		opts := activities.FetchOptions{
-			Concurrency: n.FetchConcurrency, Holder: holder, Metrics: m.Crawl, Archive: arch, Done: puller.Done,
-			Commits: commits,
+			Concurrency: n.FetchConcurrency, Holder: holder, Metrics: m.Crawl, Archive: arch, Done: r.puller.Done,
+			Commits: r.commits,
 		}
-		if single {
-			opts.Temporal = tc
+		if r.single() {
+			opts.Temporal = r.tc
 		}
-		engines[i] = activities.NewFetch(id, st, f, opts, log)
-		puller.Add(id, holder, engines[i])
+		r.engines[i] = activities.NewFetch(id, r.st, f, opts, r.log)
+		r.puller.Add(id, holder, r.engines[i])
 	}
-	var nodeWorker worker.Worker
-	if single {
-		nodeWorker = worker.New(tc, campaign.NodeQueue(ids[0]), worker.Options{
-			Identity: identity,
-			// A fetch batch only claims its URLs and hands them to the node's
-			// engine (activities.Fetch), which completes it later: the slots
-			// are held for a Postgres round trip, never while hosts wait.
-			MaxConcurrentActivityExecutionSize: n.MaxBatches,
-			WorkerStopTimeout:                  10 * time.Second,
-		})
-		engines[0].Register(nodeWorker)
-	}
+}
 
-	life, stopLife := context.WithCancel(context.Background())
-	var loops sync.WaitGroup
-	lc.Append(fx.Hook{
-		OnStart: func(ctx context.Context) error {
-			for _, reg := range regs {
-				if err := st.RegisterNode(ctx, reg); err != nil {
-					return err
-				}
-			}
-			for _, e := range engines {
-				e.Start()
-			}
-			puller.Start()
-			if nodeWorker != nil {
-				if err := nodeWorker.Start(); err != nil {
-					return fmt.Errorf("start worker on %s: %w", campaign.NodeQueue(ids[0]), err)
-				}
-			}
-			if err := controlWorker.Start(); err != nil {
-				if nodeWorker != nil {
-					nodeWorker.Stop()
-				}
-				return fmt.Errorf("start worker on %s: %w", cfg.ControlQueue, err)
-			}
-			loops.Add(3)
-			go func() { defer loops.Done(); heartbeat(life, st, tc, regs, n.HeartbeatInterval, log) }()
-			go func() { defer loops.Done(); sweepEnded(life, st, tc, ids, n.EndedSweep, log) }()
-			go func() { defer loops.Done(); activities.WatchPolicies(life, st, engines) }()
-			log.Info("node started", "identities", len(ids), "queue", regs[0].Queue, "weight", n.Weight,
-				"control_queue", cfg.ControlQueue, "fetch_concurrency", n.FetchConcurrency, "temporal", cfg.TemporalAddress)
-			return nil
-		},
-		OnStop: func(ctx context.Context) error {
-			// No new batches; then the engines hand back what they have not
-			// started and complete their batches while the control worker
-			// can still record their completion.
-			if nodeWorker != nil {
-				nodeWorker.Stop()
-			}
-			puller.Stop(ctx)
-			var stopping sync.WaitGroup
-			for _, e := range engines {
-				stopping.Add(1)
-				go func() {
-					defer stopping.Done()
-					if err := e.Stop(ctx); err != nil {
-						log.Warn("stopping the crawl engine", "error", err)
-					}
-				}()
-			}
-			stopping.Wait()
-			if err := commits.Close(ctx); err != nil {
-				log.Warn("stopping the commits", "error", err)
-			}
-			puller.Flush(ctx)
-			controlWorker.Stop()
-			stopLife()
-			loops.Wait()
-			for _, reg := range regs {
-				if err := st.DeregisterNode(context.WithoutCancel(ctx), reg.ID, reg.Incarnation); err != nil {
-					log.Warn("deregister", "node", reg.ID, "error", err)
-				}
-			}
-			log.Info("node stopped")
-			return nil
-		},
+// newNodeWorker is a plain node's worker on its own task queue.
+func (r *nodeRun) newNodeWorker(identity string) worker.Worker {
+	w := worker.New(r.tc, campaign.NodeQueue(r.ids[0]), worker.Options{
+		Identity: identity,
+		// A fetch batch only claims its URLs and hands them to the node's
+		// engine (activities.Fetch), which completes it later: the slots
+		// are held for a Postgres round trip, never while hosts wait.
+		MaxConcurrentActivityExecutionSize: r.cfg.Node.MaxBatches,
+		WorkerStopTimeout:                  10 * time.Second,
 	})
+	r.engines[0].Register(w)
+	return w
+}
+
+// start registers the node identities, starts their engines, the puller
+// and the workers, then the heartbeat, sweep and policy loops.
+func (r *nodeRun) start(ctx context.Context) error {
+	for _, reg := range r.regs {
+		if err := r.st.RegisterNode(ctx, reg); err != nil {
+			return err
+		}
+	}
+	for _, e := range r.engines {
+		e.Start()
+	}
+	r.puller.Start()
+	if err := r.startWorkers(); err != nil {
+		return err
+	}
+	n := r.cfg.Node
+	r.loops.Add(3)
+	go func() { defer r.loops.Done(); heartbeat(r.life, r.st, r.tc, r.regs, n.HeartbeatInterval, r.log) }()
+	go func() { defer r.loops.Done(); sweepEnded(r.life, r.st, r.tc, r.ids, n.EndedSweep, r.log) }()
+	go func() { defer r.loops.Done(); activities.WatchPolicies(r.life, r.st, r.engines) }()
+	r.log.Info("node started", "identities", len(r.ids), "queue", r.regs[0].Queue, "weight", n.Weight,
+		"control_queue", r.cfg.ControlQueue, "fetch_concurrency", n.FetchConcurrency, "temporal", r.cfg.TemporalAddress)
+	return nil
+}
+
+// startWorkers starts the node-queue worker, if any, then the control
+// worker; a control worker that fails to start stops the other.
+func (r *nodeRun) startWorkers() error {
+	if r.nodeWorker != nil {
+		if err := r.nodeWorker.Start(); err != nil {
+			return fmt.Errorf("start worker on %s: %w", campaign.NodeQueue(r.ids[0]), err)
+		}
+	}
+	if err := r.controlWorker.Start(); err != nil {
+		if r.nodeWorker != nil {
+			r.nodeWorker.Stop()
+		}
+		return fmt.Errorf("start worker on %s: %w", r.cfg.ControlQueue, err)
+	}
+	return nil
+}
+
+// stop takes no new batches; then the engines hand back what they have
+// not started and complete their batches while the control worker can
+// still record their completion; then the loops end and the identities
+// deregister.
+func (r *nodeRun) stop(ctx context.Context) error {
+	if r.nodeWorker != nil {
+		r.nodeWorker.Stop()
+	}
+	r.puller.Stop(ctx)
+	r.stopEngines(ctx)
+	if err := r.commits.Close(ctx); err != nil {
+		r.log.Warn("stopping the commits", "error", err)
+	}
+	r.puller.Flush(ctx)
+	r.controlWorker.Stop()
+	r.stopLife()
+	r.loops.Wait()
+	for _, reg := range r.regs {
+		if err := r.st.DeregisterNode(context.WithoutCancel(ctx), reg.ID, reg.Incarnation); err != nil {
+			r.log.Warn("deregister", "node", reg.ID, "error", err)
+		}
+	}
+	r.log.Info("node stopped")
+	return nil
+}
+
+// stopEngines stops every identity's engine at once and waits for all.
+func (r *nodeRun) stopEngines(ctx context.Context) {
+	var stopping sync.WaitGroup
+	for _, e := range r.engines {
+		stopping.Go(func() {
+			if err := e.Stop(ctx); err != nil {
+				r.log.Warn("stopping the crawl engine", "error", err)
+			}
+		})
+	}
+	stopping.Wait()
 }
 
 // searchAttributes lists the namespace's custom search attributes.
