@@ -101,13 +101,7 @@ func (a *app) campaignCmd() *cobra.Command {
 }
 
 func (a *app) startCmd() *cobra.Command {
-	var (
-		specFile string
-		seeds    []string
-		id       string
-		wait     bool
-		asJSON   bool
-	)
+	var o startOptions
 	cmd := &cobra.Command{
 		Use:   "start [--spec FILE] [--seed URL]... [--id ID] [--wait]",
 		Short: "Start a campaign from a JSON spec and/or seed URLs",
@@ -122,64 +116,97 @@ The same campaign can be started with the Temporal CLI:
   echo '{"seeds":["https://example.org/"],"limits":{"max_pages":1000}}' | spiderpool campaign start --spec -`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			spec, err := readSpec(specFile, cmd.InOrStdin())
-			if err != nil {
-				return usageError(err)
-			}
-			spec.Seeds = append(spec.Seeds, seeds...)
-			if _, err := spec.Normalize(); err != nil {
-				return usageError(fmt.Errorf("invalid campaign spec%s:\n%w", source(specFile), err))
-			}
-			if id == "" {
-				id = control.NewCampaignID(time.Now())
-			}
-			cs, c, err := a.campaigns(cmd.Context())
+			spec, err := o.spec(cmd.InOrStdin())
 			if err != nil {
 				return err
 			}
-			defer c.Close()
-			run, err := cs.Start(cmd.Context(), id, spec)
-			if err != nil {
-				return err
-			}
-			out := Started{CampaignID: id, RunID: run.GetRunID()}
-			if !asJSON {
-				fmt.Printf("started campaign %s (run %s)\n", id, run.GetRunID())
-			}
-			if !wait {
-				if asJSON {
-					return printJSON(out)
-				}
-				fmt.Printf("follow it:  spiderpool campaign watch %s\n", id)
-				return nil
-			}
-			var sum campaign.Summary
-			if err := run.Get(cmd.Context(), &sum); err != nil {
-				if interrupted(cmd) {
-					fmt.Fprintf(os.Stderr, "stopped waiting; campaign %s goes on (spiderpool campaign watch %s)\n", id, id)
-					return nil
-				}
-				err = campaignEnded(fmt.Errorf("campaign %s: %w", id, err))
-				if asJSON {
-					out.Error = err.Error()
-					_ = printJSON(out)
-				}
-				return err
-			}
-			if asJSON {
-				out.Summary = &sum
-				return printJSON(out)
-			}
-			printSummary(os.Stdout, sum)
-			return nil
+			return a.startCampaign(cmd, spec, o)
 		},
 	}
-	cmd.Flags().StringVar(&specFile, "spec", "", "campaign spec JSON file, or - for standard input")
-	cmd.Flags().StringArrayVar(&seeds, "seed", nil, "seed URL (repeatable)")
-	cmd.Flags().StringVar(&id, "id", "", "campaign ID, which is also its workflow ID (default: generated)")
-	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the campaign to finish and print its summary")
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"campaign_id","run_id"} as JSON, with --wait its "summary" too`)
+	cmd.Flags().StringVar(&o.specFile, "spec", "", "campaign spec JSON file, or - for standard input")
+	cmd.Flags().StringArrayVar(&o.seeds, "seed", nil, "seed URL (repeatable)")
+	cmd.Flags().StringVar(&o.id, "id", "", "campaign ID, which is also its workflow ID (default: generated)")
+	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait for the campaign to finish and print its summary")
+	cmd.Flags().BoolVar(&o.asJSON, "json", false, `print {"campaign_id","run_id"} as JSON, with --wait its "summary" too`)
 	return cmd
+}
+
+// startOptions are the flags of `campaign start`.
+type startOptions struct {
+	specFile string   // a spec file, "-" for standard input, "" for none
+	seeds    []string // more seeds
+	id       string   // "" generates one
+	wait     bool     // wait for the summary
+	asJSON   bool
+}
+
+// spec is the campaign to start: the spec file's with the seeds added,
+// checked; a spec that does not read or check is a usage error.
+func (o startOptions) spec(stdin io.Reader) (campaign.Spec, error) {
+	spec, err := readSpec(o.specFile, stdin)
+	if err != nil {
+		return spec, usageError(err)
+	}
+	spec.Seeds = append(spec.Seeds, o.seeds...)
+	if _, err := spec.Normalize(); err != nil {
+		return spec, usageError(fmt.Errorf("invalid campaign spec%s:\n%w", source(o.specFile), err))
+	}
+	return spec, nil
+}
+
+// startCampaign starts spec, says so, and with --wait waits for its
+// summary.
+func (a *app) startCampaign(cmd *cobra.Command, spec campaign.Spec, o startOptions) error {
+	id := o.id
+	if id == "" {
+		id = control.NewCampaignID(time.Now())
+	}
+	cs, c, err := a.campaigns(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	run, err := cs.Start(cmd.Context(), id, spec)
+	if err != nil {
+		return err
+	}
+	out := Started{CampaignID: id, RunID: run.GetRunID()}
+	if !o.asJSON {
+		fmt.Printf("started campaign %s (run %s)\n", id, run.GetRunID())
+	}
+	if !o.wait {
+		if o.asJSON {
+			return printJSON(out)
+		}
+		fmt.Printf("follow it:  spiderpool campaign watch %s\n", id)
+		return nil
+	}
+	return awaitSummary(cmd, run, out, o.asJSON)
+}
+
+// awaitSummary waits for the started campaign's summary and prints it; an
+// interrupt stops the waiting, not the campaign.
+func awaitSummary(cmd *cobra.Command, run client.WorkflowRun, out Started, asJSON bool) error {
+	id := out.CampaignID
+	var sum campaign.Summary
+	if err := run.Get(cmd.Context(), &sum); err != nil {
+		if interrupted(cmd) {
+			fmt.Fprintf(os.Stderr, "stopped waiting; campaign %s goes on (spiderpool campaign watch %s)\n", id, id)
+			return nil
+		}
+		err = campaignEnded(fmt.Errorf("campaign %s: %w", id, err))
+		if asJSON {
+			out.Error = err.Error()
+			_ = printJSON(out)
+		}
+		return err
+	}
+	if asJSON {
+		out.Summary = &sum
+		return printJSON(out)
+	}
+	printSummary(os.Stdout, sum)
+	return nil
 }
 
 func source(file string) string {

@@ -18,14 +18,7 @@ import (
 )
 
 func (a *app) exportCmd() *cobra.Command {
-	var (
-		format    string
-		warcDirs  []string
-		all       bool
-		output    string
-		items     bool
-		processor string
-	)
+	var o exportOptions
 	cmd := &cobra.Command{
 		Use:   "export ID [--format jsonl|cdxj|wacz] [--all | --items [--processor NAME]] [--warc-dir DIR]... [-o FILE]",
 		Short: "Write a campaign's page records from Postgres, one JSON object a line",
@@ -51,67 +44,95 @@ of them): DIR/CAMPAIGN/*.warc.gz.`,
 		Example: "  spiderpool campaign export my-crawl > pages.jsonl\n  spiderpool campaign export my-crawl --format wacz --warc-dir /srv/warc -o my-crawl.wacz\n  spiderpool campaign export shop --items --processor products > products.jsonl\n  spiderpool campaign export my-crawl --all -o frontier.jsonl\n  spiderpool campaign export my-crawl | jq -r 'select(.status >= 400) | .url'",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if processor != "" && !items {
-				return fmt.Errorf("--processor %q needs --items", processor)
-			}
-			switch format {
-			case "jsonl":
-			case "cdxj", "wacz":
-				if all || items {
-					return fmt.Errorf("--format %s exports the WARC files: --all and --items are for jsonl", format)
-				}
-				if len(warcDirs) == 0 {
-					return fmt.Errorf("--format %s needs --warc-dir DIR: where the nodes wrote their WARC files", format)
-				}
-			default:
-				return fmt.Errorf("--format %q: jsonl, cdxj or wacz", format)
-			}
-			ctx := cmd.Context()
-			st, err := a.openStore(ctx)
-			if err != nil {
+			if err := o.validate(); err != nil {
 				return err
 			}
-			defer st.Close()
-			key, err := st.CampaignKey(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			if format != "jsonl" {
-				return exportArchive(ctx, st, key, args[0], format, warcDirs, output)
-			}
-			bw, done, err := openOutput(output)
-			if err != nil {
-				return err
-			}
-			defer done()
-			enc := json.NewEncoder(bw)
-			enc.SetEscapeHTML(false)
-			var n int
-			if items {
-				n, err = st.ExportItems(ctx, key, processor, func(it store.Item) error { return enc.Encode(it) })
-			} else {
-				n, err = st.ExportPages(ctx, key, all, func(r store.PageRecord) error { return enc.Encode(r) })
-			}
-			if err != nil {
-				return err
-			}
-			if err := bw.Flush(); err != nil {
-				return fmt.Errorf("export: %w", err)
-			}
-			if output != "" && output != "-" {
-				fmt.Fprintf(os.Stderr, "%s: wrote %d records to %s\n", args[0], n, output)
-			}
-			return nil
+			return a.export(cmd.Context(), args[0], o)
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "jsonl", "output format: jsonl, cdxj (an index of the WARC files) or wacz (a replayable package)")
-	cmd.Flags().StringArrayVar(&warcDirs, "warc-dir", nil, "with cdxj or wacz: a directory the nodes wrote WARC files to (repeatable)")
-	cmd.Flags().BoolVar(&all, "all", false, "every URL of the frontier, not only fetched pages")
-	cmd.Flags().StringVarP(&output, "output", "o", "", "write to FILE instead of standard output")
-	cmd.Flags().BoolVar(&items, "items", false, "the items processors returned, instead of page records")
-	cmd.Flags().StringVar(&processor, "processor", "", "with --items: only this processor's items")
+	cmd.Flags().StringVar(&o.format, "format", "jsonl", "output format: jsonl, cdxj (an index of the WARC files) or wacz (a replayable package)")
+	cmd.Flags().StringArrayVar(&o.warcDirs, "warc-dir", nil, "with cdxj or wacz: a directory the nodes wrote WARC files to (repeatable)")
+	cmd.Flags().BoolVar(&o.all, "all", false, "every URL of the frontier, not only fetched pages")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "write to FILE instead of standard output")
+	cmd.Flags().BoolVar(&o.items, "items", false, "the items processors returned, instead of page records")
+	cmd.Flags().StringVar(&o.processor, "processor", "", "with --items: only this processor's items")
 	cmd.MarkFlagsMutuallyExclusive("all", "items")
 	return cmd
+}
+
+// exportOptions are the flags of `campaign export`.
+type exportOptions struct {
+	format    string   // jsonl, cdxj or wacz
+	warcDirs  []string // with cdxj or wacz: where the nodes wrote WARC files
+	all       bool     // jsonl: every URL of the frontier, not only pages
+	output    string   // a file; "" or "-" for standard output
+	items     bool     // jsonl: processors' items instead of page records
+	processor string   // with items: only this processor's
+}
+
+// validate says which flags do not go together.
+func (o exportOptions) validate() error {
+	if o.processor != "" && !o.items {
+		return fmt.Errorf("--processor %q needs --items", o.processor)
+	}
+	switch o.format {
+	case "jsonl":
+	case "cdxj", "wacz":
+		if o.all || o.items {
+			return fmt.Errorf("--format %s exports the WARC files: --all and --items are for jsonl", o.format)
+		}
+		if len(o.warcDirs) == 0 {
+			return fmt.Errorf("--format %s needs --warc-dir DIR: where the nodes wrote their WARC files", o.format)
+		}
+	default:
+		return fmt.Errorf("--format %q: jsonl, cdxj or wacz", o.format)
+	}
+	return nil
+}
+
+// export writes campaign id as o says.
+func (a *app) export(ctx context.Context, id string, o exportOptions) error {
+	st, err := a.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	key, err := st.CampaignKey(ctx, id)
+	if err != nil {
+		return err
+	}
+	if o.format != "jsonl" {
+		return exportArchive(ctx, st, key, id, o.format, o.warcDirs, o.output)
+	}
+	return exportRecords(ctx, st, key, id, o)
+}
+
+// exportRecords writes the campaign's page records, or its processors'
+// items, as JSON Lines.
+func exportRecords(ctx context.Context, st *store.Store, key int64, id string, o exportOptions) error {
+	bw, done, err := openOutput(o.output)
+	if err != nil {
+		return err
+	}
+	defer done()
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	var n int
+	if o.items {
+		n, err = st.ExportItems(ctx, key, o.processor, func(it store.Item) error { return enc.Encode(it) })
+	} else {
+		n, err = st.ExportPages(ctx, key, o.all, func(r store.PageRecord) error { return enc.Encode(r) })
+	}
+	if err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if o.output != "" && o.output != "-" {
+		fmt.Fprintf(os.Stderr, "%s: wrote %d records to %s\n", id, n, o.output)
+	}
+	return nil
 }
 
 // openOutput is where an export writes: FILE, or standard output for ""
