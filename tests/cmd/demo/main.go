@@ -48,65 +48,111 @@ func main() {
 	}
 }
 
-func run() error {
-	var (
-		web      synthweb.Config
-		delay    time.Duration
-		bin      string
-		stateDir string
-		linger   bool
-	)
-	flag.IntVar(&web.Hosts, "hosts", 24, "hosts of the synthetic web")
-	flag.IntVar(&web.Pages, "pages", 6000, "pages of the synthetic web")
-	flag.IntVar(&web.LinksPerPage, "links", 8, "extra links per page")
-	flag.DurationVar(&web.Latency, "latency", 2*time.Millisecond, "response latency of the synthetic web")
-	flag.DurationVar(&delay, "delay", 100*time.Millisecond, "politeness: least time between two requests to a host")
-	flag.StringVar(&bin, "spiderpool", "bin/spiderpool", "the spiderpool binary")
-	flag.StringVar(&stateDir, "state-dir", ".spiderpool", "state directory of spiderpool dev")
-	flag.BoolVar(&linger, "linger", isTerminal(os.Stdin), "keep the stack up after the summary until Ctrl-C")
-	flag.Parse()
-	web.Seed, web.CrossHostFraction = 2026, 0.3
+// options are the demo's flags.
+type options struct {
+	web      synthweb.Config
+	delay    time.Duration
+	bin      string
+	stateDir string
+	linger   bool
+}
 
+func parseFlags() options {
+	var o options
+	flag.IntVar(&o.web.Hosts, "hosts", 24, "hosts of the synthetic web")
+	flag.IntVar(&o.web.Pages, "pages", 6000, "pages of the synthetic web")
+	flag.IntVar(&o.web.LinksPerPage, "links", 8, "extra links per page")
+	flag.DurationVar(&o.web.Latency, "latency", 2*time.Millisecond, "response latency of the synthetic web")
+	flag.DurationVar(&o.delay, "delay", 100*time.Millisecond, "politeness: least time between two requests to a host")
+	flag.StringVar(&o.bin, "spiderpool", "bin/spiderpool", "the spiderpool binary")
+	flag.StringVar(&o.stateDir, "state-dir", ".spiderpool", "state directory of spiderpool dev")
+	flag.BoolVar(&o.linger, "linger", isTerminal(os.Stdin), "keep the stack up after the summary until Ctrl-C")
+	flag.Parse()
+	o.web.Seed, o.web.CrossHostFraction = 2026, 0.3
+	return o
+}
+
+func run() error {
+	o := parseFlags()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	w, err := synthweb.Start(web)
+	w, err := synthweb.Start(o.web)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
-	fmt.Printf("synthetic web: %d pages over %d hosts on 127.0.0.1, seed %s\n\n", web.Pages, web.Hosts, w.Seed())
+	fmt.Printf("synthetic web: %d pages over %d hosts on 127.0.0.1, seed %s\n\n", o.web.Pages, o.web.Hosts, w.Seed())
 
+	state, stopDev, err := startDev(ctx, o.bin, o.stateDir)
+	if err != nil {
+		return err
+	}
+	defer stopDev()
+	cs, closeClient, err := dialCampaigns(ctx, state)
+	if err != nil {
+		return err
+	}
+	defer closeClient()
+	id := "demo-" + time.Now().UTC().Format("20060102-150405")
+	if err := startCampaign(ctx, cs, id, w.Seed(), o.delay, state); err != nil {
+		return err
+	}
+	sum, err := watchProgress(ctx, cs, id)
+	if err != nil {
+		return err
+	}
+	report(sum, w)
+	findInVisibility(ctx, cs, id)
+	printWhereToLook(state, o.stateDir, id)
+	if o.linger {
+		fmt.Printf("\nThe stack is still up: Web UI %s. Ctrl-C stops everything.\n", state.WebUI)
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// startDev runs `spiderpool dev` and waits until it has written its state;
+// stop interrupts it and waits for it to end.
+func startDev(ctx context.Context, bin, stateDir string) (_ devState, stop func(), err error) {
 	statePath := filepath.Join(stateDir, "dev.json")
 	_ = os.Remove(statePath)
 	dev := exec.Command(bin, "dev", "--state-dir", stateDir, "--log-level", "warn")
 	dev.Stdout, dev.Stderr = os.Stdout, os.Stderr
 	devstack.DieWithParent(dev, syscall.SIGTERM)
 	if err := dev.Start(); err != nil {
-		return fmt.Errorf("start %s dev: %w (did `make build` run?)", bin, err)
+		return devState{}, nil, fmt.Errorf("start %s dev: %w (did `make build` run?)", bin, err)
 	}
 	devDone := make(chan error, 1)
 	go func() { devDone <- dev.Wait() }()
-	defer func() {
+	stop = func() {
 		_ = dev.Process.Signal(os.Interrupt)
 		<-devDone
-	}()
+	}
 	state, err := waitForDev(ctx, statePath, devDone)
 	if err != nil {
-		return err
+		stop()
+		return devState{}, nil, err
 	}
+	return state, stop, nil
+}
 
+// dialCampaigns reaches the dev stack's Temporal and control queue.
+func dialCampaigns(ctx context.Context, state devState) (*control.Campaigns, func(), error) {
 	cfg := config.Default()
 	cfg.TemporalAddress, cfg.ControlQueue = state.TemporalAddress, state.ControlQueue
 	c, err := control.Dial(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer c.Close()
-	cs := &control.Campaigns{Client: c, Queue: cfg.ControlQueue}
-	id := "demo-" + time.Now().UTC().Format("20060102-150405")
+	return &control.Campaigns{Client: c, Queue: cfg.ControlQueue}, c.Close, nil
+}
+
+// startCampaign starts the demo's polite crawl of the web from seed, and
+// says where to watch it and which nodes to kill.
+func startCampaign(ctx context.Context, cs *control.Campaigns, id, seed string, delay time.Duration, state devState) error {
 	spec := campaign.Spec{
-		Seeds: []string{w.Seed()},
+		Seeds: []string{seed},
 		// Requisites on: a page's images, styles and scripts are fetched
 		// with it, counted apart (see docs/operations.md, WARC).
 		Scope:      campaign.Scope{AllowedDomains: []string{"127.0.0.1"}, Requisites: true},
@@ -125,9 +171,13 @@ func run() error {
 		pids = append(pids, fmt.Sprintf("%s=%d", n.ID, n.PID))
 	}
 	fmt.Printf("try killing a node (kill -9 PID; %s): its hosts move to the others.\n\n", strings.Join(pids, " "))
+	return nil
+}
 
+// watchProgress prints the campaign's progress each second until it ends.
+func watchProgress(ctx context.Context, cs *control.Campaigns, id string) (campaign.Summary, error) {
 	start := time.Now()
-	sum, err := control.Watch(ctx, cs, id, time.Second, func(st campaign.Status) {
+	return control.Watch(ctx, cs, id, time.Second, func(st campaign.Status) {
 		var nodes []string
 		for _, n := range st.Nodes {
 			nodes = append(nodes, fmt.Sprintf("%s %d (%s)", n.ID, n.Fetched, n.State))
@@ -136,11 +186,11 @@ func run() error {
 		fmt.Printf("%5.1fs  fetched %5d  known %5d  %4.0f pages/s  | %s\n", time.Since(start).Seconds(),
 			st.Counters.Fetched, st.Counters.Known(), rate, strings.Join(nodes, ", "))
 	})
-	if err != nil {
-		return err
-	}
-	report(sum, w)
-	findInVisibility(ctx, cs, id)
+}
+
+// printWhereToLook names the nodes' metrics, the WARC files and the
+// export command.
+func printWhereToLook(state devState, stateDir, id string) {
 	for _, n := range state.Nodes {
 		if n.Metrics != "" {
 			fmt.Printf("  metrics of %s: %s\n", n.ID, n.Metrics)
@@ -148,11 +198,6 @@ func run() error {
 	}
 	fmt.Printf("  WARC files: %s\n  page records: bin/spiderpool campaign export %s (after: source %s)\n",
 		filepath.Join(stateDir, "warc"), id, filepath.Join(stateDir, "dev.env"))
-	if linger {
-		fmt.Printf("\nThe stack is still up: Web UI %s. Ctrl-C stops everything.\n", state.WebUI)
-		<-ctx.Done()
-	}
-	return nil
 }
 
 // findInVisibility shows the campaign found by its search attributes, as
