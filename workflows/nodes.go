@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -26,11 +25,9 @@ type node struct {
 	drain       bool     // set by the drain signal
 	health      string
 	incarnation string
-	failures    int       // batches in a row it could not take
-	coolUntil   time.Time // no new batches before this, after a failure
-	adaptive    float64   // factor on weight from adaptive weights; 0 means 1
-	latencyMs   float64   // moving average of request time
-	errorRate   float64   // moving average of requests with no answer
+	adaptive    float64 // factor on weight from adaptive weights; 0 means 1
+	latencyMs   float64 // moving average of request time
+	errorRate   float64 // moving average of requests with no answer
 	samples     int64
 	inflight    int
 	inflightN   int
@@ -167,12 +164,12 @@ func abs(x float64) float64 {
 	return x
 }
 
-// addNode adds n to the node table and the ring.
+// addNode adds n to the node table. Routing is the lease's, in Postgres
+// (store.LeaseHosts): the run sends it the members and their weights.
 func (d *dispatcher) addNode(n *node) {
 	d.nodes[n.id] = n
 	i, _ := slices.BinarySearch(d.order, n.id)
 	d.order = slices.Insert(d.order, i, n.id)
-	d.ring.Set(n.id, n.effectiveWeight())
 }
 
 // mutate applies change to n and, if its ring weight or state moved,
@@ -183,8 +180,7 @@ func (d *dispatcher) mutate(n *node, reason string, change func()) {
 	if n.effectiveWeight() == oldWeight && n.state() == oldState {
 		return
 	}
-	d.ring.Set(n.id, n.effectiveWeight())
-	if d.pool && d.leasing && oldWeight > 0 && n.effectiveWeight() == 0 {
+	if d.leasing && oldWeight > 0 && n.effectiveWeight() == 0 {
 		d.leftDuringLease = append(d.leftDuringLease, n.id)
 	}
 	d.changes = append(d.changes, campaign.RingChange{
@@ -198,30 +194,20 @@ func (d *dispatcher) mutate(n *node, reason string, change func()) {
 // replay sees the same answer) and adjusts the ring; the next refresh is
 // timed from its end, so a slow or failing registry never stacks reads.
 func (d *dispatcher) refreshMembership() {
-	req := campaign.MembershipRequest{Only: d.spec.Nodes}
-	if d.pool {
-		req.Pull, req.Known = true, d.known()
-	}
+	req := campaign.MembershipRequest{Only: d.spec.Nodes, Pull: true, Known: d.known()}
 	f := workflow.ExecuteLocalActivity(d.localOptions(), campaign.RefreshMembershipActivity, req)
 	d.sel.AddFuture(f, func(f workflow.Future) {
 		var infos []campaign.NodeInfo
 		err := f.Get(d.ctx, &infos)
-		switch {
-		case err != nil && d.waitOutages:
+		if err != nil {
 			// Refreshed again when control calls are retried, not by
 			// a timer of its own.
 			d.controlFailed(callMembership, err)
 			d.out.membershipDue = true
 			return
-		case err != nil:
-			d.log.Warn("membership refresh failed", "error", err)
-		case d.pool:
-			d.controlSucceeded(callMembership)
-			d.applyMembershipChanges(infos)
-		default:
-			d.controlSucceeded(callMembership)
-			d.applyMembership(infos)
 		}
+		d.controlSucceeded(callMembership)
+		d.applyMembershipChanges(infos)
 		d.scheduleMembershipTimer()
 	})
 }
@@ -237,22 +223,6 @@ func (d *dispatcher) scheduleMembershipTimer() {
 		}
 		d.refreshMembership()
 	})
-}
-
-func (d *dispatcher) applyMembership(infos []campaign.NodeInfo) {
-	seen := map[string]bool{}
-	for _, info := range infos {
-		seen[info.ID] = true
-		d.applyNodeInfo(info)
-	}
-	for _, id := range d.order {
-		if n := d.nodes[id]; !seen[id] && n.health != dead {
-			d.died(n, reasonLeft)
-		}
-	}
-	if d.spec.Dispatch.AdaptiveWeights {
-		d.adapt()
-	}
 }
 
 // applyNodeInfo takes what the registry says of one node.
@@ -279,7 +249,7 @@ func (d *dispatcher) applyNodeInfo(info campaign.NodeInfo) {
 	case !info.Alive && n.health != dead:
 		d.died(n, reasonDied)
 	case info.Alive && n.health == dead:
-		d.mutate(n, reasonRejoined, func() { n.health, n.failures = healthy, 0 })
+		d.mutate(n, reasonRejoined, func() { n.health = healthy })
 	}
 	n.incarnation = info.Incarnation
 }
@@ -290,22 +260,7 @@ func (d *dispatcher) applyNodeInfo(info campaign.NodeInfo) {
 // awaited.
 func (d *dispatcher) died(n *node, reason string) {
 	d.mutate(n, reason, func() { n.health = dead })
-	if d.pool {
-		d.releaseNodeBatches([]string{n.id}, 0, reason)
-		return
-	}
-	for _, b := range d.open {
-		if b.node == n.id {
-			b.cancel()
-		}
-	}
-	kept := d.orphans[:0]
-	for _, o := range d.orphans {
-		if o.Node != n.id {
-			kept = append(kept, o)
-		}
-	}
-	d.orphans = kept
+	d.releaseNodeBatches([]string{n.id}, 0, reason)
 }
 
 func (d *dispatcher) registerHandlers() error {
@@ -351,12 +306,6 @@ func (d *dispatcher) registerHandlers() error {
 		}
 	}
 
-	d.sel.AddReceive(workflow.GetSignalChannel(ctx, campaign.BatchReportSignal), func(c workflow.ReceiveChannel, _ bool) {
-		var r campaign.BatchReport
-		c.Receive(ctx, &r)
-		d.report(r)
-	})
-
 	// The same operations as signals, for `temporal workflow signal`: a
 	// signal cannot answer, so a rejected one is logged and kept in status.
 	d.sel.AddReceive(workflow.GetSignalChannel(ctx, campaign.Reweight), func(c workflow.ReceiveChannel, _ bool) {
@@ -397,10 +346,6 @@ func (d *dispatcher) drainSignals() {
 		for workflow.GetSignalChannel(d.ctx, op).ReceiveAsync(nil) {
 			d.signal(op, "", nil)
 		}
-	}
-	var br campaign.BatchReport
-	for workflow.GetSignalChannel(d.ctx, campaign.BatchReportSignal).ReceiveAsync(&br) {
-		d.report(br)
 	}
 }
 
@@ -458,9 +403,6 @@ func (d *dispatcher) check(op, nodeID string, weight *float64) error {
 // after the change: a drained node's batches then stay what the answer
 // says.
 func (d *dispatcher) applyUpdate(ctx workflow.Context, op, nodeID string, weight *float64) (campaign.NodeStatus, error) {
-	if !d.pool {
-		return d.apply(op, nodeID, weight)
-	}
 	if err := workflow.Await(ctx, func() bool { return !d.leasing }); err != nil {
 		return campaign.NodeStatus{}, err
 	}
@@ -497,11 +439,9 @@ func (d *dispatcher) apply(op, nodeID string, weight *float64) (campaign.NodeSta
 	case campaign.Drain:
 		d.mutate(n, reason, func() {
 			n.drain = true
-			if d.pool {
-				// Draining until a look at the figures says it holds
-				// nothing: the last one may predate its latest batches.
-				n.inflight = max(n.inflight, 1)
-			}
+			// Draining until a look at the figures says it holds
+			// nothing: the last one may predate its latest batches.
+			n.inflight = max(n.inflight, 1)
 		})
 	case campaign.Undrain:
 		d.mutate(n, reason, func() { n.drain = false })

@@ -9,19 +9,11 @@ import (
 	"github.com/spiderpool/spiderpool/campaign"
 )
 
-// controlRetryChange versions how control calls fail. The control calls
-// (lease, membership, releases, ring-change writes) are local activities
-// against Postgres, and while Postgres is away every retry of every one of
-// them is history: runs started before this change retry each call inside
-// its local activity for up to a minute (past the workflow task timeout a
-// retry is a marker, a timer and a workflow task), make the next call as
-// soon as one gives up, and refresh membership on two timers, so an hour
-// of outage costs thousands of events and a run soon has to continue as
-// new for nothing. Runs started after it make one attempt per call and,
-// after a failure, hold that kind of call back (see outage).
-const controlRetryChange = "control-retry"
-
-// Control call timing for runs with controlRetryChange.
+// Control calls (lease, membership, releases, ring-change writes) are local
+// activities against Postgres, and while Postgres is away every retry of
+// every one of them would be history: each call makes one attempt and,
+// after a failure, that kind of call is held back (see outage).
+// Control call timing.
 const (
 	// controlCallTimeout bounds one attempt of a control call: a lease on a
 	// large frontier may take seconds, a hung connection must not take
@@ -78,7 +70,7 @@ type outage struct {
 // holdingBack says whether calls of kind k wait.
 func (d *dispatcher) holdingBack(k controlCall) bool {
 	b := d.out.calls[k]
-	return d.waitOutages && b.failures > 0 && workflow.Now(d.ctx).Before(b.retryAt)
+	return b.failures > 0 && workflow.Now(d.ctx).Before(b.retryAt)
 }
 
 // controlFailed notes a failed call of kind k and returns how long such
@@ -127,12 +119,8 @@ func (d *dispatcher) controlSucceeded(k controlCall) {
 }
 
 // retryControl makes the calls held back whose wait is over, and arms the
-// one timer that ends the next wait. Only runs with controlRetryChange
-// hold calls back.
+// one timer that ends the next wait.
 func (d *dispatcher) retryControl() {
-	if !d.waitOutages {
-		return
-	}
 	var next time.Time
 	for k := range controlCalls {
 		if b := d.out.calls[k]; d.holdingBack(k) && (next.IsZero() || b.retryAt.Before(next)) {
@@ -175,19 +163,11 @@ func (d *dispatcher) localOptions() workflow.Context {
 }
 
 func (d *dispatcher) localActivityOptions() workflow.LocalActivityOptions {
-	if d.waitOutages {
-		return workflow.LocalActivityOptions{
-			ScheduleToCloseTimeout: controlCallTimeout,
-			StartToCloseTimeout:    controlCallTimeout,
-			// One attempt: a failure holds every control call back (see
-			// outage), which costs less history than retries per call.
-			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
-		}
-	}
 	return workflow.LocalActivityOptions{
-		StartToCloseTimeout: time.Minute,
-		RetryPolicy: &temporal.RetryPolicy{
-			InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 15 * time.Second,
-		},
+		ScheduleToCloseTimeout: controlCallTimeout,
+		StartToCloseTimeout:    controlCallTimeout,
+		// One attempt: a failure holds every control call back (see
+		// outage), which costs less history than retries per call.
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
 	}
 }

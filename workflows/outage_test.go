@@ -13,12 +13,13 @@ import (
 // Control calls retried once a minute cost under 10 events a try (the
 // retry timer, its workflow task, a marker per kind of call), some 500 an
 // hour in this estimate; the bound leaves room for the backoff's first,
-// faster steps and the batches the outage fails.
+// faster steps.
 const outageEventsPerHour = 1000
 
 // TestPostgresOutageCostsBoundedHistory: every control call (lease,
-// membership, releases, ring-change writes, finish) and every fetch fails
-// for an hour of workflow time, as they do while Postgres is down; the
+// membership, releases, ring-change writes, looks at the figures, finish)
+// fails and no node takes a batch for an hour of workflow time, as while
+// Postgres is down; the
 // campaign then resumes within controlRetryMax and completes, and the
 // outage adds fewer than outageEventsPerHour events to the run's history.
 func TestPostgresOutageCostsBoundedHistory(t *testing.T) {
@@ -44,14 +45,5 @@ func TestPostgresOutageCostsBoundedHistory(t *testing.T) {
 	}
 	if resumedAfter < 0 || resumedAfter > controlRetryMax+leasePace {
 		t.Fatalf("the campaign leased again %v after the outage ended, want within %v", resumedAfter, controlRetryMax+leasePace)
-	}
-	held := 0
-	for _, r := range f.releases {
-		if len(r.IDs) > 0 {
-			held++
-		}
-	}
-	if held == 0 {
-		t.Fatal("the batch the outage failed was never released")
 	}
 }

@@ -61,11 +61,15 @@ func (f *fakeCluster) pull() {
 	defer f.mu.Unlock()
 	kept := f.queued[:0]
 	for _, b := range f.queued {
-		if !f.aliveLocked(b.node) || f.stalled[b.node] {
-			kept = append(kept, b)
+		if !f.aliveLocked(b.node) || f.stalled[b.node] || f.unreachable() != nil {
+			kept = append(kept, b) // Postgres away: no node takes a batch
 			continue
 		}
 		f.fetches = append(f.fetches, fetchCall{node: b.node, ids: b.ids, ok: true})
+		if f.outageAt > 0 && len(f.fetches) == f.outageAt {
+			f.outageFrom = f.now()
+			f.outageTo = f.outageFrom.Add(f.outageFor)
+		}
 		f.settle(b.node, b.ids, false)
 		n := f.figure(b.node)
 		n.Fetched += int64(len(b.ids))

@@ -13,51 +13,30 @@ import (
 	"github.com/spiderpool/spiderpool/campaign"
 )
 
-// processorsChange versions delivery of pages to processors (issue 13).
-// Runs before it never deliver; a spec with processors needs it. Version
-// 1, never released, ran each batch's activities in the campaign's own
-// history, bodies and all; version 2 runs each batch as a ProcessBatch
-// child, so bodies never enter the campaign's history. Version 3 runs the
-// batches of a processor that takes them by reference in the campaign's
-// own history again: each is a token there, and a child cost the
-// Temporal server more than the batch (a no-op processor's crawl of
-// 60,000 pages started 84 children, with 156 workflow tasks of their own,
-// for 72 batches). When no node serves batches, such a batch goes to a
-// child as in version 2, its pages inline. From version 4 a batch holds
-// its pages itself (campaign.DeliveryLeaseRequest.Held): nodes built
-// before it cannot run such a history, so never store its outcome the
-// old way. From version 5 a processor that has caught up lingers only
-// while the frontier has URLs waiting: once the crawl's last URLs are out,
-// only a few pages are still to come, and lingering held each campaign's
-// end back by a second or two (the dev server fires a 1 s timer up to a
-// second late). From version 6 a batch that found the pages waiting held
-// by batches beside it waits for one of those to end, not for a second:
-// at a crawl's end that second, fired late, held the processor's last
-// look back (a 60,000-page crawl completed 2.9 s after its last fetch,
-// 1.9 s of it waiting on timers). From version 7 a processor starts
-// only as many batches as the pages counted waiting and not yet sent for
-// fill, and at least one when none is out (see batchesToStart), and the
-// frontier waits for it only while those pages are max_pending or more
-// (see processorBacklog): a full window at every look found most of its
-// leases nothing to take (a 60,000-page crawl in batches of 1,000 leased
-// 301 times for 89 batches, each empty lease a scan of the pending
-// deliveries and a marker in the history). From version 8 nodes keep the
-// pages for processors in chunks, a commit's in one row (see
-// campaign.FetchBatchRequest.BodyChunks and store/chunks.go). Only nodes
-// built since can lease them: a node built before fails the run's tasks
-// (the marker's version is unknown to it), and its children are started
-// as campaign.ChunkedBatchWorkflowType, a name it does not know (a
-// child's code never reads the marker, so the marker alone would not
-// keep such a node from running it). From version 9 the batches of a
-// child that failed or was terminated (from the Web UI, say) go back to
-// pending with the next child's lease (DeliveryLeaseRequest.Release), and
-// the processor is not done while they wait: before, they were stranded,
-// the processor looked dry and the campaign completed without them.
+// processorsChange versions delivery of pages to processors. Version 8
+// (v0.11.0) is the oldest this code runs (docs/upgrading.md): a processor
+// that takes its batches by reference runs them in the campaign's own
+// history, each a token, and one that takes them inline (or finds no node
+// serving batches) in ProcessBatch children; each batch holds its pages
+// itself (campaign.DeliveryLeaseRequest.Held); nodes keep the pages for
+// processors in chunks, a commit's in one row (store/chunks.go), and the
+// children's workflow type is campaign.ChunkedBatchWorkflowType; a
+// processor starts only as many batches as the pages counted waiting and
+// not yet sent for fill (batchesToStart), and one that has caught up
+// lingers only while the frontier has URLs waiting. From version 9 the
+// batches of a child that failed or was terminated (from the Web UI, say)
+// go back to pending with the next child's lease
+// (DeliveryLeaseRequest.Release), and the processor is not done while they
+// wait: before, they were stranded, the processor looked dry and the
+// campaign completed without them.
 const processorsChange = "processors"
 
-// maxProcessorsVersion is processorsChange's latest version, which new
-// runs take.
-const maxProcessorsVersion = 9
+// Versions of processorsChange: the oldest this code runs, and the
+// latest, which new runs take.
+const (
+	minProcessorsVersion = 8
+	maxProcessorsVersion = 9
+)
 
 // handOnWait is how long continue-as-new waits for the processors'
 // batches in flight: a processor that answers comes back in that time,
@@ -113,16 +92,11 @@ func (d *dispatcher) setUpProcessors(carried []campaign.ProcessorStatus) {
 	if len(d.spec.Processors) == 0 {
 		return
 	}
-	switch v := workflow.GetVersion(d.ctx, processorsChange, workflow.DefaultVersion, maxProcessorsVersion); v {
-	case workflow.DefaultVersion:
-		return
-	case 1:
-		panic("this run delivers pages as an unreleased build did (processors version 1): " +
-			"cancel it and start the campaign again under its ID; its pages are kept")
-	default:
-		d.batchesInRun, d.leaseHeld, d.lingerToEnd, d.waitBeside = v >= 3, v >= 4, v < 5, v >= 6
-		d.startByWaiting, d.bodyChunks, d.releaseFailedBatches = v >= 7, v >= 8, v >= 9
+	v := workflow.GetVersion(d.ctx, processorsChange, workflow.DefaultVersion, maxProcessorsVersion)
+	if v < minProcessorsVersion {
+		retired(processorsChange, v)
 	}
+	d.releaseFailedBatches = v >= 9
 	// A lease's high bits name the run (see campaign.LeaseRun): a hash of
 	// its run ID, unique even when a campaign is started again under its ID.
 	d.leaseRun = int64(xxhash.Sum64String(workflow.GetInfo(d.ctx).WorkflowExecution.RunID) >> 33)
@@ -175,19 +149,12 @@ func (d *dispatcher) processorsWaiting(waiting map[string]int) {
 }
 
 // processorBacklog names a processor with max_pending pages waiting: the
-// frontier waits for it. From processors version 7 the pages waiting are
-// those no batch was started for since they were counted (unclaimed):
-// the batches a count started take its pages, and the frontier goes on
-// at once. Before, the count stood until a batch ended, and the extra
-// batches a full window started came back empty within moments to
-// refresh it.
+// frontier waits for it. The pages waiting are those no batch was started
+// for since they were counted (unclaimed): the batches a count started
+// take its pages, and the frontier goes on at once.
 func (d *dispatcher) processorBacklog() string {
 	for _, p := range d.procs {
-		waiting := p.counters.Waiting
-		if d.startByWaiting {
-			waiting = p.unclaimed
-		}
-		if waiting >= p.spec.MaxPending {
+		if p.unclaimed >= p.spec.MaxPending {
 			return p.spec.Name
 		}
 	}
@@ -205,16 +172,15 @@ func (d *dispatcher) deliver() {
 		if now.Before(p.lingerUntil) && !d.frontierSettled() {
 			continue
 		}
-		for n := p.batchesToStart(now, d.startByWaiting); n > 0; n-- {
+		for n := p.batchesToStart(now); n > 0; n-- {
 			d.startBatch(p)
 		}
 	}
 }
 
-// batchesToStart is how many batches deliver starts for p now: as many
-// as its window has room for; from processors version 7 (byWaiting) one
-// when none is out, and otherwise only as many as the pages counted
-// waiting and not yet sent for fill.
+// batchesToStart is how many batches deliver starts for p now: one when
+// none is out, and otherwise as many as the pages counted waiting and not
+// yet sent for fill, as far as its window has room.
 //
 // The last of those may be part-filled. Starting only full ones while
 // the frontier had URLs waiting was tried, and did not make batches
@@ -222,19 +188,15 @@ func (d *dispatcher) deliver() {
 // batches (131 so). Part-filled batches come mostly from the leases of
 // batches already out, which go on while full ones wait and share a pool
 // that max_pending keeps to two batches' worth.
-func (p *processor) batchesToStart(now time.Time, byWaiting bool) int {
+func (p *processor) batchesToStart(now time.Time) int {
 	if (p.dry && len(p.release) == 0) || p.heldBeside || now.Before(p.coolUntil) {
 		return 0
 	}
-	n := p.spec.Window - p.batches
-	if byWaiting {
-		fill := (max(p.unclaimed, 0) + p.spec.BatchSize - 1) / p.spec.BatchSize
-		if p.batches == 0 {
-			fill = max(fill, 1) // a look: the count may be out of date
-		}
-		n = min(n, fill)
+	fill := (max(p.unclaimed, 0) + p.spec.BatchSize - 1) / p.spec.BatchSize
+	if p.batches == 0 {
+		fill = max(fill, 1) // a look: the count may be out of date
 	}
-	return max(n, 0)
+	return max(min(p.spec.Window-p.batches, fill), 0)
 }
 
 // counted takes a count of the pages waiting: all of them unclaimed.
@@ -260,7 +222,7 @@ func (d *dispatcher) startBatch(p *processor) {
 		Processor: p.spec,
 		Lease: campaign.DeliveryLeaseRequest{
 			CampaignKey: d.key, CampaignID: d.id, Processor: p.spec.Name, Reset: p.reset,
-			Lease: d.leaseRun<<32 | p.seq<<8, Held: d.leaseHeld, Release: p.release,
+			Lease: d.leaseRun<<32 | p.seq<<8, Held: true, Release: p.release,
 		},
 	}
 	p.reset, p.release = false, nil
@@ -272,14 +234,14 @@ func (d *dispatcher) startBatch(p *processor) {
 		ParentClosePolicy: enums.PARENT_CLOSE_POLICY_TERMINATE,
 	})
 	var f workflow.Future
-	if d.batchesInRun && p.spec.Batch == campaign.BatchReference {
+	if p.spec.Batch == campaign.BatchReference {
 		inRun, done := workflow.NewFuture(d.ctx)
 		workflow.Go(d.ctx, func(ctx workflow.Context) {
-			done.Set(batchesByReference(ctx, cctx, d.batchType(), req))
+			done.Set(batchesByReference(ctx, cctx, req))
 		})
 		f = inRun
 	} else {
-		f = workflow.ExecuteChildWorkflow(cctx, d.batchType(), req)
+		f = workflow.ExecuteChildWorkflow(cctx, campaign.ChunkedBatchWorkflowType, req)
 	}
 	d.sel.AddFuture(f, func(f workflow.Future) { d.batchEnded(p, req.Lease, started, f) })
 }
@@ -321,7 +283,7 @@ func (d *dispatcher) batchEnded(p *processor, lr campaign.DeliveryLeaseRequest, 
 		d.wakeAt(processorCooldown)
 	case res.Pages == 0 && res.Waiting == 0:
 		p.dry, p.dryAt = true, started
-	case res.Pages == 0 && d.waitBeside && p.batches > 0:
+	case res.Pages == 0 && p.batches > 0:
 		// Pages wait but the batches beside this one hold them: the
 		// next of those to end wakes the loop.
 		p.heldBeside = true
@@ -330,7 +292,7 @@ func (d *dispatcher) batchEnded(p *processor, lr campaign.DeliveryLeaseRequest, 
 		// again shortly.
 		p.coolUntil = workflow.Now(d.ctx).Add(time.Second)
 		d.wakeAt(time.Second)
-	case res.Waiting < p.spec.BatchSize && (d.lingerToEnd || d.lastLease.Pending > 0):
+	case res.Waiting < p.spec.BatchSize && d.lastLease.Pending > 0:
 		// The processor has caught up with the crawl: the next batch
 		// waits a little to fill (unless the crawl is done, or its last
 		// URLs are out).
@@ -369,26 +331,18 @@ const processorLinger = time.Second
 // errUnserved: a lease by reference found no node that serves batches.
 var errUnserved = errors.New("no node serves batches")
 
-// batchType is the workflow type of the run's ProcessBatch children.
-func (d *dispatcher) batchType() string {
-	if d.bodyChunks {
-		return campaign.ChunkedBatchWorkflowType
-	}
-	return campaign.ProcessBatchWorkflowType
-}
-
 // batchesByReference carries batches through a processor that takes them
-// by reference, in the campaign's own history (processorsChange version
-// 3); when no node serves batches it hands them to a ProcessBatch child
-// (cctx, of workflow type childType), which sends their pages inline.
-func batchesByReference(ctx, cctx workflow.Context, childType string, req campaign.ProcessBatchRequest) (campaign.ProcessBatchResult, error) {
+// by reference, in the campaign's own history; when no node serves batches
+// it hands them to a ProcessBatch child (cctx), which sends their pages
+// inline.
+func batchesByReference(ctx, cctx workflow.Context, req campaign.ProcessBatchRequest) (campaign.ProcessBatchResult, error) {
 	byRef := req
 	byRef.Lease.ByReference = true
 	res, err := ProcessBatch(ctx, byRef)
 	if !errors.Is(err, errUnserved) {
 		return res, err
 	}
-	err = workflow.ExecuteChildWorkflow(cctx, childType, req).Get(ctx, &res)
+	err = workflow.ExecuteChildWorkflow(cctx, campaign.ChunkedBatchWorkflowType, req).Get(ctx, &res)
 	return res, err
 }
 
@@ -515,6 +469,10 @@ func (d *dispatcher) processorStatus() []campaign.ProcessorStatus {
 	}
 	return out
 }
+
+// bodyChunks: the nodes keep pages for the processors in chunks (see
+// processorsChange); a campaign without processors keeps none.
+func (d *dispatcher) bodyChunks() bool { return len(d.procs) > 0 }
 
 // wakeAt wakes the loop after wait, once.
 func (d *dispatcher) wakeAt(wait time.Duration) {

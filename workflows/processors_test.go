@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/spiderpool/spiderpool/campaign"
@@ -17,8 +19,8 @@ import (
 // TestBatchHeldBesideLeasesWhenItsNeighbourEnds: two batches of a
 // processor lease at once (the frontier counts 20 pages waiting for it);
 // the first takes the 5 pages waiting, the second finds them counted but
-// held. The processor leases again as soon as the first batch ends
-// (processors version 6), not a second later: the 5 pages that were
+// held. The processor leases again as soon as the first batch ends, not
+// a second later: the 5 pages that were
 // waiting beside it go out at once.
 func TestBatchHeldBesideLeasesWhenItsNeighbourEnds(t *testing.T) {
 	f := newFakeCluster(0, 0, alive("n1", 1))
@@ -88,36 +90,35 @@ func TestBatchHeldBesideLeasesWhenItsNeighbourEnds(t *testing.T) {
 	}
 }
 
-// TestProcessorStartsTheBatchesItsPagesFill: from processors version 7
-// a processor starts one batch when none is out, and beside batches out
-// only as many as the pages counted waiting and not yet sent for fill;
-// before it, the window's room at every look.
+// TestProcessorStartsTheBatchesItsPagesFill: a processor starts one batch
+// when none is out, and beside batches out only as many as the pages
+// counted waiting and not yet sent for fill, as far as its window has
+// room.
 func TestProcessorStartsTheBatchesItsPagesFill(t *testing.T) {
 	now := time.Unix(1000, 0)
 	for _, c := range []struct {
-		name                          string
-		batches, unclaimed            int
-		dry, held, cooling, byWaiting bool
-		want                          int
+		name               string
+		batches, unclaimed int
+		dry, held, cooling bool
+		want               int
 	}{
-		{name: "none out, nothing counted: a look", want: 1, byWaiting: true},
-		{name: "none out, 25 counted", unclaimed: 25, want: 3, byWaiting: true},
-		{name: "none out, more than the window takes", unclaimed: 100, want: 4, byWaiting: true},
-		{name: "one out, its pages all sent for", batches: 1, unclaimed: -10, want: 0, byWaiting: true},
-		{name: "one out, 15 more counted", batches: 1, unclaimed: 15, want: 2, byWaiting: true},
-		{name: "two out, room for two", batches: 2, unclaimed: 100, want: 2, byWaiting: true},
-		{name: "none out, more sent for than counted: a look", unclaimed: -5, want: 1, byWaiting: true},
-		{name: "dry", dry: true, unclaimed: 100, want: 0, byWaiting: true},
-		{name: "held beside", held: true, batches: 1, unclaimed: 100, want: 0, byWaiting: true},
-		{name: "cooling", cooling: true, unclaimed: 100, want: 0, byWaiting: true},
-		{name: "version 6: the window's room", batches: 1, unclaimed: -10, want: 3},
+		{name: "none out, nothing counted: a look", want: 1},
+		{name: "none out, 25 counted", unclaimed: 25, want: 3},
+		{name: "none out, more than the window takes", unclaimed: 100, want: 4},
+		{name: "one out, its pages all sent for", batches: 1, unclaimed: -10, want: 0},
+		{name: "one out, 15 more counted", batches: 1, unclaimed: 15, want: 2},
+		{name: "two out, room for two", batches: 2, unclaimed: 100, want: 2},
+		{name: "none out, more sent for than counted: a look", unclaimed: -5, want: 1},
+		{name: "dry", dry: true, unclaimed: 100, want: 0},
+		{name: "held beside", held: true, batches: 1, unclaimed: 100, want: 0},
+		{name: "cooling", cooling: true, unclaimed: 100, want: 0},
 	} {
 		p := &processor{spec: campaign.Processor{BatchSize: 10, Window: 4}, batches: c.batches, unclaimed: c.unclaimed,
 			dry: c.dry, heldBeside: c.held}
 		if c.cooling {
 			p.coolUntil = now.Add(time.Second)
 		}
-		if got := p.batchesToStart(now, c.byWaiting); got != c.want {
+		if got := p.batchesToStart(now); got != c.want {
 			t.Errorf("%s: %d batches started, want %d", c.name, got, c.want)
 		}
 	}
@@ -125,40 +126,33 @@ func TestProcessorStartsTheBatchesItsPagesFill(t *testing.T) {
 
 // TestBacklogCountsOnlyPagesNoBatchWasStartedFor: a count of 2,001
 // pages waiting holds the frontier back (max_pending 2,000) until
-// batches are started for them. From processors version 7 the three
-// batches of 1,000 a count starts take its pages, and the frontier goes
-// on at once; before, the count stood until a batch ended.
+// batches are started for them: the three batches of 1,000 a count
+// starts take its pages, and the frontier goes on at once.
 func TestBacklogCountsOnlyPagesNoBatchWasStartedFor(t *testing.T) {
-	for _, v7 := range []bool{true, false} {
-		p := &processor{spec: campaign.Processor{Name: "p", BatchSize: 1000, Window: 8, MaxPending: 2000}}
-		p.counted(2001)
-		d := &dispatcher{procs: []*processor{p}, startByWaiting: v7}
-		if got := d.processorBacklog(); got != "p" {
-			t.Errorf("version 7 %v, 2,001 pages counted: backlog %q, want p", v7, got)
-		}
-		n := p.batchesToStart(time.Unix(1000, 0), v7)
-		for range n {
-			p.began()
-		}
-		want := map[bool]string{true: "", false: "p"}[v7]
-		if got := d.processorBacklog(); got != want {
-			t.Errorf("version 7 %v, %d batches started: backlog %q, want %q", v7, n, got, want)
-		}
+	p := &processor{spec: campaign.Processor{Name: "p", BatchSize: 1000, Window: 8, MaxPending: 2000}}
+	p.counted(2001)
+	d := &dispatcher{procs: []*processor{p}}
+	if got := d.processorBacklog(); got != "p" {
+		t.Errorf("2,001 pages counted: backlog %q, want p", got)
+	}
+	n := p.batchesToStart(time.Unix(1000, 0))
+	for range n {
+		p.began()
+	}
+	if got := d.processorBacklog(); got != "" {
+		t.Errorf("%d batches started: backlog %q, want none", n, got)
 	}
 }
 
-// TestChunkedBodiesFromProcessorsVersion8: from processors version 8 a
-// campaign asks its nodes to keep its pages for processors in chunks (a
-// node built before ignores it), and starts its ProcessBatch children
-// under the name only nodes that read chunks know; a run at an earlier
-// version does neither.
-func TestChunkedBodiesFromProcessorsVersion8(t *testing.T) {
-	for _, v := range []workflow.Version{maxProcessorsVersion, 7} {
+// TestProcessorsKeepTheirPagesInChunks: a campaign with processors asks
+// its nodes to keep its pages for them in chunks, and starts its
+// ProcessBatch children under the name only nodes that read chunks know,
+// at every processors version this code runs; an older one is retired.
+func TestProcessorsKeepTheirPagesInChunks(t *testing.T) {
+	for _, v := range []workflow.Version{maxProcessorsVersion, minProcessorsVersion, minProcessorsVersion - 1} {
 		f := newFakeCluster(2, 3, alive("n1", 1))
 		env := newEnv(t, f)
-		if v != maxProcessorsVersion {
-			env.OnGetVersion(processorsChange, workflow.DefaultVersion, maxProcessorsVersion).Return(v)
-		}
+		env.OnGetVersion(processorsChange, workflow.DefaultVersion, maxProcessorsVersion).Return(v)
 		var mu sync.Mutex
 		children := map[string]int{}
 		env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, _ workflow.Context, _ converter.EncodedValues) {
@@ -172,27 +166,31 @@ func TestChunkedBodiesFromProcessorsVersion8(t *testing.T) {
 		}, campaign.LeaseDeliveriesActivity)
 		spec := testSpec()
 		spec.Processors = []campaign.Processor{{Name: "p", TaskQueue: "procs", Activity: "proc", BatchSize: 10, Window: 2}}
+		if v < minProcessorsVersion {
+			env.ExecuteWorkflow(campaign.WorkflowType, spec)
+			var panicErr *temporal.PanicError
+			if err := env.GetWorkflowError(); !errors.As(err, &panicErr) {
+				t.Errorf("version %d: error %v, want the workflow task to fail", v, err)
+			}
+			continue
+		}
 		run(t, env, spec)
 		f.mu.Lock()
 		var chunked, plain int
-		for _, c := range f.fetches {
-			if c.chunks {
+		for _, l := range f.leases {
+			if l.Assign != nil && l.Assign.BodyChunks {
 				chunked++
 			} else {
 				plain++
 			}
 		}
 		f.mu.Unlock()
-		want, wantChild := v >= 8, campaign.ProcessBatchWorkflowType
-		if want {
-			wantChild = campaign.ChunkedBatchWorkflowType
-		}
-		if plain+chunked == 0 || (want && plain > 0) || (!want && chunked > 0) {
-			t.Errorf("version %d: %d batches asked for chunks, %d not; want chunks %v", v, chunked, plain, want)
+		if chunked == 0 || plain > 0 {
+			t.Errorf("version %d: %d leases asked for chunks, %d not; want all", v, chunked, plain)
 		}
 		mu.Lock()
-		if len(children) != 1 || children[wantChild] == 0 {
-			t.Errorf("version %d: children started %v, want all %s", v, children, wantChild)
+		if len(children) != 1 || children[campaign.ChunkedBatchWorkflowType] == 0 {
+			t.Errorf("version %d: children started %v, want all %s", v, children, campaign.ChunkedBatchWorkflowType)
 		}
 		mu.Unlock()
 	}

@@ -73,15 +73,7 @@ func (d *dispatcher) details(status string) string {
 	fmt.Fprintf(&b, "**%s** (%s), run %d\n\n", status, d.state, d.run)
 	fmt.Fprintf(&b, "fetched %d · failed %d · excluded %d · discovered %d · batches given up %d\n\n",
 		c.Fetched, c.Failed, c.Excluded, c.Discovered, c.Rerouted)
-	if d.pool {
-		fmt.Fprintf(&b, "batches routed %d · URLs leased %d\n\n", c.Batches, c.Leased)
-	} else {
-		fmt.Fprintf(&b, "in flight: %d URLs in %d batches", d.inflight, len(d.open))
-		if len(d.orphans) > 0 {
-			fmt.Fprintf(&b, " (and %d batches of earlier runs or lost nodes settling)", len(d.orphans))
-		}
-		b.WriteString("\n\n")
-	}
+	fmt.Fprintf(&b, "batches routed %d · URLs leased %d\n\n", c.Batches, c.Leased)
 	states := map[string]int{}
 	for i, id := range d.order {
 		n := d.nodes[id]
