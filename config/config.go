@@ -282,6 +282,33 @@ func (c *Config) ApplyEnv(fs *pflag.FlagSet) error {
 	return errors.Join(errs...)
 }
 
+// FromEnv is the configuration of a process with no command line of its
+// own (a processor's Run): defaults, then the environment as ApplyEnv
+// reads it, validated.
+func FromEnv() (Config, error) { return fromEnv(false) }
+
+// NodeFromEnv is FromEnv with the worker settings too, read from the
+// environment as `spiderpool worker` reads them: for a node in a user's
+// binary (see package colocate). The caller sets the node's ID and weight,
+// then calls ValidateNode.
+func NodeFromEnv() (Config, error) { return fromEnv(true) }
+
+func fromEnv(node bool) (Config, error) {
+	cfg := Default()
+	fs := pflag.NewFlagSet("environment", pflag.ContinueOnError)
+	cfg.Flags(fs)
+	if node {
+		cfg.NodeFlags(fs)
+	}
+	if err := fs.Parse(nil); err != nil {
+		return cfg, err
+	}
+	if err := cfg.ApplyEnv(fs); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.Validate()
+}
+
 // SourceOf says where flag f's value came from: "--name", the environment
 // variable, or "default".
 func SourceOf(f *pflag.Flag) string {
