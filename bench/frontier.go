@@ -68,88 +68,133 @@ type frontierStep struct {
 }
 
 func runFrontier(args []string) error {
-	fs := flag.NewFlagSet("frontier", flag.ExitOnError)
-	rows := fs.Int("rows", 10_000_000, "frontier rows to load")
-	hosts := fs.Int("hosts", 100_000, "hosts to spread them over")
-	leases := fs.Int("leases", 50, "leases timed per case")
-	dir := fs.String("dir", "", "cluster directory, kept and reused (loaded once) when set; default a temporary one")
-	out := fs.String("out", "../docs/scale-10m.txt", "report file")
-	lifePages := fs.Int("life", 20_000, "URLs put through a whole crawl's writes, for the write cost per URL (0: none)")
-	only := fs.String("only", "", "run only this part: plans, times or life (default all)")
-	fs.Parse(args)
-	if *rows < 10_000 || *hosts < 100 || *hosts > *rows/10 {
-		return fmt.Errorf("-rows must be >= 10000 and -hosts between 100 and rows/10, got %d rows, %d hosts", *rows, *hosts)
+	o, err := parseFrontierFlags(args)
+	if err != nil {
+		return err
 	}
 	ctx := context.Background()
 	serverLog := &logCapture{}
-	pg, err := devstack.StartPostgres(ctx, devstack.PostgresOptions{Dir: *dir, Output: serverLog})
+	url, s, stop, err := openFrontierDatabase(ctx, o.dir, serverLog)
 	if err != nil {
 		return err
 	}
-	defer pg.Stop()
-	url, err := pg.CreateDatabase(ctx, "frontier")
-	if err != nil {
-		return err
-	}
-	s, err := store.Open(ctx, url, 8, 10*time.Second)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
+	defer stop()
 
 	var report bytes.Buffer
 	w := io.MultiWriter(os.Stdout, &report)
 	fmt.Fprintf(w, "bench frontier: %s, Postgres %s, %d cores\n\n", time.Now().UTC().Format(time.RFC3339), serverVersion(ctx, s), runtime.NumCPU())
-	if err := prepareFrontier(ctx, s, frontierPlan{rows: *rows, hosts: *hosts}, w); err != nil {
+	if err := prepareFrontier(ctx, s, frontierPlan{rows: o.rows, hosts: o.hosts}, w); err != nil {
 		return err
 	}
 	busy, tail, err := frontierCampaigns(ctx, s)
 	if err != nil {
 		return err
 	}
-	want := func(part string) bool { return *only == "" || *only == part }
 	verdict := &planVerdict{}
-	if want("plans") {
+	if o.want("plans") {
 		if err := explainLeases(ctx, s, url, serverLog, busy, tail, w, verdict); err != nil {
 			return err
 		}
 	}
-	if want("times") {
-		if err := timeAllLeases(ctx, s, busy, tail, *leases, w); err != nil {
+	if o.want("times") {
+		if err := timeAllLeases(ctx, s, busy, tail, o.leases, w); err != nil {
 			return err
 		}
 	}
-	if want("life") && *lifePages > 0 {
-		life, err := runLifecycle(ctx, s, *lifePages, false)
-		if err != nil {
-			return fmt.Errorf("lifecycle: %w", err)
+	if o.want("life") && o.lifePages > 0 {
+		if err := reportLifecycles(ctx, s, o.lifePages, w); err != nil {
+			return err
 		}
-		fmt.Fprintf(w, "== Write cost: %d URLs of a new campaign through a crawl's writes\n\n%s\n", *lifePages, life)
-		life, err = runLifecycle(ctx, s, *lifePages, true)
-		if err != nil {
-			return fmt.Errorf("lifecycle with a processor: %w", err)
-		}
-		fmt.Fprintf(w, "== The same with every page to a no-op processor (make bench's: %s, bodies appended)\n\n%s\n", noopSettings(), life)
 	}
-	if want("plans") {
+	if o.want("plans") {
 		fmt.Fprintln(w, verdict)
-		if verdict.failed() && *rows < 1_000_000 {
-			fmt.Fprintf(w, "(at %d rows sequential scans are the planner's right choice: judge at 10M)\n", *rows)
+		if verdict.failed() && o.rows < 1_000_000 {
+			fmt.Fprintf(w, "(at %d rows sequential scans are the planner's right choice: judge at 10M)\n", o.rows)
 		}
 	}
-	if *out != "" {
-		if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(*out, report.Bytes(), 0o644); err != nil {
-			return err
-		}
-		fmt.Println("wrote", *out)
+	if err := writeReport(o.out, report.Bytes()); err != nil {
+		return err
 	}
 	// On small tables the planner rightly prefers to read them whole.
-	if verdict.failed() && *rows >= 1_000_000 {
+	if verdict.failed() && o.rows >= 1_000_000 {
 		return errors.New("a per-lease or per-poll statement scans a table")
 	}
+	return nil
+}
+
+// openFrontierDatabase starts Postgres, its cluster in dir if set and its
+// log to serverLog, and opens its database "frontier"; stop closes both.
+func openFrontierDatabase(ctx context.Context, dir string, serverLog io.Writer) (url string, s *store.Store, stop func(), err error) {
+	pg, err := devstack.StartPostgres(ctx, devstack.PostgresOptions{Dir: dir, Output: serverLog})
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if url, err = pg.CreateDatabase(ctx, "frontier"); err == nil {
+		s, err = store.Open(ctx, url, 8, 10*time.Second)
+	}
+	if err != nil {
+		pg.Stop()
+		return "", nil, nil, err
+	}
+	return url, s, func() { s.Close(); pg.Stop() }, nil
+}
+
+// frontierOptions are the flags of `bench frontier`.
+type frontierOptions struct {
+	rows, hosts, leases int
+	dir, out            string
+	lifePages           int
+	only                string
+}
+
+// want says whether the run includes part: plans, times or life.
+func (o frontierOptions) want(part string) bool { return o.only == "" || o.only == part }
+
+func parseFrontierFlags(args []string) (frontierOptions, error) {
+	var o frontierOptions
+	fs := flag.NewFlagSet("frontier", flag.ExitOnError)
+	fs.IntVar(&o.rows, "rows", 10_000_000, "frontier rows to load")
+	fs.IntVar(&o.hosts, "hosts", 100_000, "hosts to spread them over")
+	fs.IntVar(&o.leases, "leases", 50, "leases timed per case")
+	fs.StringVar(&o.dir, "dir", "", "cluster directory, kept and reused (loaded once) when set; default a temporary one")
+	fs.StringVar(&o.out, "out", "../docs/scale-10m.txt", "report file")
+	fs.IntVar(&o.lifePages, "life", 20_000, "URLs put through a whole crawl's writes, for the write cost per URL (0: none)")
+	fs.StringVar(&o.only, "only", "", "run only this part: plans, times or life (default all)")
+	fs.Parse(args)
+	if o.rows < 10_000 || o.hosts < 100 || o.hosts > o.rows/10 {
+		return o, fmt.Errorf("-rows must be >= 10000 and -hosts between 100 and rows/10, got %d rows, %d hosts", o.rows, o.hosts)
+	}
+	return o, nil
+}
+
+// reportLifecycles writes the write cost of pages URLs through a crawl,
+// without and then with a processor.
+func reportLifecycles(ctx context.Context, s *store.Store, pages int, w io.Writer) error {
+	life, err := runLifecycle(ctx, s, pages, false)
+	if err != nil {
+		return fmt.Errorf("lifecycle: %w", err)
+	}
+	fmt.Fprintf(w, "== Write cost: %d URLs of a new campaign through a crawl's writes\n\n%s\n", pages, life)
+	life, err = runLifecycle(ctx, s, pages, true)
+	if err != nil {
+		return fmt.Errorf("lifecycle with a processor: %w", err)
+	}
+	fmt.Fprintf(w, "== The same with every page to a no-op processor (make bench's: %s, bodies appended)\n\n%s\n", noopSettings(), life)
+	return nil
+}
+
+// writeReport writes report to the file out, unless out is "".
+func writeReport(out string, report []byte) error {
+	if out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(out, report, 0o644); err != nil {
+		return err
+	}
+	fmt.Println("wrote", out)
 	return nil
 }
 
@@ -927,7 +972,50 @@ func (l lifecycle) String() string {
 // With processor, each page also goes to a processor: its commit keeps a
 // body of 1,200 bytes for it, and its batches are leased, read and stored.
 func runLifecycle(ctx context.Context, s *store.Store, pages int, processor bool) (lifecycle, error) {
-	life := lifecycle{pages: pages}
+	r, err := newLifeRun(ctx, s, pages, processor)
+	if err != nil {
+		return lifecycle{pages: pages}, err
+	}
+	if err := r.phase("insert as new links (64 pages' worth a commit)", r.insertLinks); err != nil {
+		return r.life, err
+	}
+	var leases []campaign.HostLease
+	err = r.phase("lease (LeaseHosts, 20,000 URLs a lease)", func() (err error) { leases, err = r.leaseAll(); return err })
+	if err != nil {
+		return r.life, err
+	}
+	var claimed []store.ClaimedURL
+	err = r.phase("claim (a batch of 1,000 at a time)", func() (err error) { claimed, err = r.claimAll(leases); return err })
+	if err != nil {
+		return r.life, err
+	}
+	err = r.phase("commit: outcome, page record, 20 links (1 new)", func() error { return r.commitAll(claimed) })
+	if err != nil || !processor {
+		return r.life, err
+	}
+	err = processorLifecycle(ctx, s, r.key, pages, r.phase)
+	return r.life, err // with the processor's phases
+}
+
+// The lifecycle's frontier: links spread over lifeHosts hosts, committed
+// lifePerCommit pages at a time, each page with lifeLinksPerPage links.
+const lifeHosts, lifePerCommit, lifeLinksPerPage = 2000, 64, 20
+
+// lifeRun is one runLifecycle: its campaign, and the phases measured so
+// far. Its URLs are leased to ten nodes and claimed and committed by
+// node-0.
+type lifeRun struct {
+	ctx       context.Context
+	s         *store.Store
+	key       int64
+	pages     int
+	processor bool
+	holder    string
+	life      lifecycle
+}
+
+// newLifeRun creates the campaign, with the no-op processor if processor.
+func newLifeRun(ctx context.Context, s *store.Store, pages int, processor bool) (*lifeRun, error) {
 	base := campaign.Spec{Seeds: []string{"http://l0.life.test/"}}
 	if processor {
 		base.Processors = []campaign.Processor{noopProcessor}
@@ -935,124 +1023,131 @@ func runLifecycle(ctx context.Context, s *store.Store, pages int, processor bool
 	}
 	spec, err := base.Normalize()
 	if err != nil {
-		return life, err
+		return nil, err
 	}
 	key, _, err := s.CreateCampaign(ctx, fmt.Sprintf("life-%d", time.Now().UnixNano()), spec)
 	if err != nil {
-		return life, err
+		return nil, err
 	}
-	const hosts, perCommit, linksPerPage = 2000, 64, 20
-	link := func(i int) store.NewURL {
-		u, _ := crawl.Canonicalize(fmt.Sprintf("http://h%d.life%d.test/p%d.html", i%hosts, key, i))
-		return store.NewURL{Fingerprint: u.Fingerprint(), URL: u.String, ShardKey: u.Host, Depth: 1}
+	return &lifeRun{ctx: ctx, s: s, key: key, pages: pages, processor: processor,
+		holder: store.HolderToken("node-0", "inc"), life: lifecycle{pages: pages}}, nil
+}
+
+// link is the campaign's i-th URL.
+func (r *lifeRun) link(i int) store.NewURL {
+	u, _ := crawl.Canonicalize(fmt.Sprintf("http://h%d.life%d.test/p%d.html", i%lifeHosts, r.key, i))
+	return store.NewURL{Fingerprint: u.Fingerprint(), URL: u.String, ShardKey: u.Host, Depth: 1}
+}
+
+// phase runs fn and records its time and the WAL it wrote.
+func (r *lifeRun) phase(name string, fn func() error) error {
+	var before string
+	if err := r.s.Pool().QueryRow(r.ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&before); err != nil {
+		return err
 	}
-	phase := func(name string, fn func() error) error {
-		var before string
-		if err := s.Pool().QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&before); err != nil {
-			return err
-		}
-		start := time.Now()
-		if err := fn(); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		p := lifePhase{name: name, d: time.Since(start)}
-		if err := s.Pool().QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::bigint`, before).Scan(&p.wal); err != nil {
-			return err
-		}
-		life.phases = append(life.phases, p)
-		return nil
+	start := time.Now()
+	if err := fn(); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
-	err = phase("insert as new links (64 pages' worth a commit)", func() error {
-		batch := make([]store.NewURL, 0, perCommit*linksPerPage)
-		for i := range pages {
-			batch = append(batch, link(i))
-			if len(batch) == cap(batch) || i == pages-1 {
-				if _, err := s.InsertURLs(ctx, key, batch); err != nil {
-					return err
-				}
-				batch = batch[:0]
+	p := lifePhase{name: name, d: time.Since(start)}
+	if err := r.s.Pool().QueryRow(r.ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::bigint`, before).Scan(&p.wal); err != nil {
+		return err
+	}
+	r.life.phases = append(r.life.phases, p)
+	return nil
+}
+
+// insertLinks inserts every URL as new links, a commit's worth at a time.
+func (r *lifeRun) insertLinks() error {
+	batch := make([]store.NewURL, 0, lifePerCommit*lifeLinksPerPage)
+	for i := range r.pages {
+		batch = append(batch, r.link(i))
+		if len(batch) == cap(batch) || i == r.pages-1 {
+			if _, err := r.s.InsertURLs(r.ctx, r.key, batch); err != nil {
+				return err
 			}
+			batch = batch[:0]
 		}
-		return nil
-	})
-	if err != nil {
-		return life, err
 	}
+	return nil
+}
+
+// leaseAll leases hosts to ten nodes until every URL is leased.
+func (r *lifeRun) leaseAll() ([]campaign.HostLease, error) {
 	var nodes []campaign.LeaseNode
 	for i := range 10 {
 		nodes = append(nodes, campaign.LeaseNode{ID: fmt.Sprintf("node-%d", i), Weight: 1, Batches: 2})
 	}
 	var leases []campaign.HostLease
-	err = phase("lease (LeaseHosts, 20,000 URLs a lease)", func() error {
-		for n := 0; n < pages; {
-			l, err := s.LeaseHosts(ctx, store.HostLeaseParams{CampaignKey: key, Nodes: nodes, BatchSize: 1000,
-				Horizon: 4 * time.Second, TTL: 5 * time.Minute})
-			if err != nil {
-				return err
-			}
-			if l.Size() == 0 {
-				return fmt.Errorf("leased %d URLs of %d, then nothing", n, pages)
-			}
-			n += l.Size()
-			leases = append(leases, l)
+	for n := 0; n < r.pages; {
+		l, err := r.s.LeaseHosts(r.ctx, store.HostLeaseParams{CampaignKey: r.key, Nodes: nodes, BatchSize: 1000,
+			Horizon: 4 * time.Second, TTL: 5 * time.Minute})
+		if err != nil {
+			return nil, err
 		}
-		return nil
-	})
-	if err != nil {
-		return life, err
+		if l.Size() == 0 {
+			return nil, fmt.Errorf("leased %d URLs of %d, then nothing", n, r.pages)
+		}
+		n += l.Size()
+		leases = append(leases, l)
 	}
-	holder := store.HolderToken("node-0", "inc")
+	return leases, nil
+}
+
+// claimAll claims every leased batch for node-0.
+func (r *lifeRun) claimAll(leases []campaign.HostLease) ([]store.ClaimedURL, error) {
 	var claimed []store.ClaimedURL
-	err = phase("claim (a batch of 1,000 at a time)", func() error {
-		for _, l := range leases {
-			for _, b := range l.Batches {
-				var ids []int64
-				for _, g := range b.Groups {
-					ids = append(ids, g.IDs...)
-				}
-				c, err := s.Claim(ctx, key, l.LeaseID, ids, holder, "node-0", 5*time.Minute)
-				if err != nil {
-					return err
-				}
-				claimed = append(claimed, c...)
+	for _, l := range leases {
+		for _, b := range l.Batches {
+			var ids []int64
+			for _, g := range b.Groups {
+				ids = append(ids, g.IDs...)
 			}
+			c, err := r.s.Claim(r.ctx, r.key, l.LeaseID, ids, r.holder, "node-0", 5*time.Minute)
+			if err != nil {
+				return nil, err
+			}
+			claimed = append(claimed, c...)
 		}
-		return nil
-	})
-	if err != nil {
-		return life, err
 	}
+	return claimed, nil
+}
+
+// commitAll commits the claimed URLs as fetched pages, lifePerCommit at a
+// time, each with its links: lifeLinksPerPage-1 known ones and one new.
+func (r *lifeRun) commitAll(claimed []store.ClaimedURL) error {
 	body := bytes.Repeat([]byte("<p>a page of the synthetic web</p>\n"), 1200/36)
-	err = phase("commit: outcome, page record, 20 links (1 new)", func() error {
-		next := pages
-		for i := 0; i < len(claimed); i += perCommit {
-			var outcomes []store.Outcome
-			var links []store.NewURL
-			for j, c := range claimed[i:min(i+perCommit, len(claimed))] {
-				outcomes = append(outcomes, store.Outcome{ID: c.ID, State: store.Fetched, Attempted: true, Status: 200,
-					Page: &store.Page{Status: 200, ContentType: "text/html", ContentLength: 20_000, Links: linksPerPage,
-						Title: "a page", FetchedAt: time.Now(), Duration: 80 * time.Millisecond}})
-				if processor {
-					outcomes[len(outcomes)-1].Body = &store.PageBody{Processors: []string{noopProcessor.Name}, URL: c.URL, Depth: c.Depth, FinalURL: "http://x.test/",
-						Status: 200, Header: http.Header{"Content-Type": {"text/html"}, "Etag": {`"x"`}}, ContentType: "text/html",
-						FetchedAt: time.Now(), Body: body}
-				}
-				for k := range linksPerPage - 1 {
-					links = append(links, link(((i+j)*7+k*13)%pages))
-				}
-				links = append(links, link(next))
-				next++
+	next := r.pages
+	for i := 0; i < len(claimed); i += lifePerCommit {
+		var outcomes []store.Outcome
+		var links []store.NewURL
+		for j, c := range claimed[i:min(i+lifePerCommit, len(claimed))] {
+			outcomes = append(outcomes, r.fetched(c, body))
+			for k := range lifeLinksPerPage - 1 {
+				links = append(links, r.link(((i+j)*7+k*13)%r.pages))
 			}
-			if _, err := s.Commit(ctx, key, holder, "node-0", outcomes, links); err != nil {
-				return err
-			}
+			links = append(links, r.link(next))
+			next++
 		}
-		return nil
-	})
-	if err != nil || !processor {
-		return life, err
+		if _, err := r.s.Commit(r.ctx, r.key, r.holder, "node-0", outcomes, links); err != nil {
+			return err
+		}
 	}
-	return life, processorLifecycle(ctx, s, key, pages, phase)
+	return nil
+}
+
+// fetched is c's outcome as a fetched page, keeping body for the
+// processor if there is one.
+func (r *lifeRun) fetched(c store.ClaimedURL, body []byte) store.Outcome {
+	o := store.Outcome{ID: c.ID, State: store.Fetched, Attempted: true, Status: 200,
+		Page: &store.Page{Status: 200, ContentType: "text/html", ContentLength: 20_000, Links: lifeLinksPerPage,
+			Title: "a page", FetchedAt: time.Now(), Duration: 80 * time.Millisecond}}
+	if r.processor {
+		o.Body = &store.PageBody{Processors: []string{noopProcessor.Name}, URL: c.URL, Depth: c.Depth, FinalURL: "http://x.test/",
+			Status: 200, Header: http.Header{"Content-Type": {"text/html"}, "Etag": {`"x"`}}, ContentType: "text/html",
+			FetchedAt: time.Now(), Body: body}
+	}
+	return o
 }
 
 // processorLifecycle puts a campaign's pages through its no-op processor
