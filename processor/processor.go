@@ -36,7 +36,6 @@ import (
 	"time"
 
 	"github.com/PuerkitoBio/goquery"
-	"github.com/spf13/pflag"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
@@ -44,7 +43,6 @@ import (
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/config"
 	"github.com/spiderpool/spiderpool/control"
-	"github.com/spiderpool/spiderpool/workers"
 )
 
 // QueuePrefix starts the default task queue of a processor.
@@ -95,6 +93,9 @@ func (p *Processor) Queue(queue string) *Processor { p.queue = queue; return p }
 
 // Logger sets where the processor logs.
 func (p *Processor) Logger(l *slog.Logger) *Processor { p.log = l; return p }
+
+// Log is where the processor logs (see Logger).
+func (p *Processor) Log() *slog.Logger { return p.log }
 
 // Name is the processor's activity type.
 func (p *Processor) Name() string { return p.name }
@@ -512,8 +513,6 @@ type Option func(*runOptions)
 
 type runOptions struct {
 	client      client.Client
-	node        string
-	weight      float64
 	concurrency int
 }
 
@@ -521,21 +520,14 @@ type runOptions struct {
 // from the environment.
 func WithClient(c client.Client) Option { return func(o *runOptions) { o.client = c } }
 
-// WithNode also runs a spiderpool node with this ID and weight in the
-// process: one binary that both crawls and processes. Its settings come
-// from the environment as for `spiderpool worker` (DATABASE_URL,
-// TEMPORAL_ADDRESS, SPIDERPOOL_* variables).
-func WithNode(id string, weight float64) Option {
-	return func(o *runOptions) { o.node, o.weight = id, weight }
-}
-
 // WithConcurrency caps the batches the processor runs at once (default 4).
 func WithConcurrency(n int) Option { return func(o *runOptions) { o.concurrency = n } }
 
 // Run polls the processor's queue until ctx is done or the process gets
 // SIGINT or SIGTERM. Without WithClient it connects to Temporal as the
 // spiderpool CLI does: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE and the rest
-// of the environment (see docs/operations.md, "Configuration").
+// of the environment (see docs/operations.md, "Configuration"). To run a
+// spiderpool node in the same process too, see package colocate.
 func (p *Processor) Run(ctx context.Context, opts ...Option) error {
 	o := runOptions{concurrency: 4}
 	for _, opt := range opts {
@@ -543,7 +535,7 @@ func (p *Processor) Run(ctx context.Context, opts ...Option) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg, err := fromEnvironment(o.node != "")
+	cfg, err := config.FromEnv()
 	if err != nil {
 		return err
 	}
@@ -555,17 +547,6 @@ func (p *Processor) Run(ctx context.Context, opts ...Option) error {
 		defer c.Close()
 		o.client = c
 	}
-	if o.node != "" {
-		cfg.Node.ID, cfg.Node.Weight = o.node, o.weight
-		if err := cfg.ValidateNode(); err != nil {
-			return err
-		}
-		app := workers.Node(cfg, p.log)
-		if err := app.Start(ctx); err != nil {
-			return workers.RootCause(err)
-		}
-		defer app.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // logged by the node
-	}
 	w := worker.New(o.client, p.queue, worker.Options{MaxConcurrentActivityExecutionSize: o.concurrency})
 	p.Register(w)
 	if err := w.Start(); err != nil {
@@ -575,22 +556,4 @@ func (p *Processor) Run(ctx context.Context, opts ...Option) error {
 	<-ctx.Done()
 	w.Stop()
 	return nil
-}
-
-// fromEnvironment reads the configuration as `spiderpool worker` does,
-// from the environment only.
-func fromEnvironment(node bool) (config.Config, error) {
-	cfg := config.Default()
-	fs := pflag.NewFlagSet("processor", pflag.ContinueOnError)
-	cfg.Flags(fs)
-	if node {
-		cfg.NodeFlags(fs)
-	}
-	if err := fs.Parse(nil); err != nil {
-		return cfg, err
-	}
-	if err := cfg.ApplyEnv(fs); err != nil {
-		return cfg, err
-	}
-	return cfg, cfg.Validate()
 }
