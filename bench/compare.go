@@ -127,64 +127,109 @@ func runCompare(args []string) error {
 		return err
 	}
 	defer st.stop()
-	cr := &compareRun{Pages: wf.pages, Hosts: wf.hosts, Links: wf.links, Parallelism: *nodes * *conc}
-	var sp, co, pr []float64
+	c := &comparison{web: web, st: st, parallelism: *nodes * *conc, colly: *withColly, processor: *withProc}
+	cr := &compareRun{Pages: wf.pages, Hosts: wf.hosts, Links: wf.links, Parallelism: c.parallelism}
 	for i := range *pairs {
-		if err := web.reset(); err != nil {
-			return err
-		}
-		s, err := st.crawl(web.seed, 64, false)
-		if err != nil {
-			return fmt.Errorf("spiderpool run %d: %w", i+1, err)
-		}
-		stats, err := web.stats()
+		pair, err := c.pair(i + 1)
 		if err != nil {
 			return err
-		}
-		pair := benchPair{Spiderpool: measure(s.crawlResult, stats)}
-		pair.Spiderpool.Runs, pair.Spiderpool.MaxHistoryEvents = s.Runs, s.MaxHistoryEvents
-		fmt.Printf("pair %d  spiderpool %8.0f pages/s  %6d pages  %5d duplicates  %3d missed  %6.0f MiB RSS (3 nodes)  %d run(s), max %d events\n",
-			i+1, pair.Spiderpool.PagesPerSecond, s.Pages, stats.Duplicates, stats.Missing, s.PeakRSSMB, s.Runs, s.MaxHistoryEvents)
-
-		printStatementStats(st)
-		if *withColly {
-			if err := web.reset(); err != nil {
-				return err
-			}
-			c, err := runColly(web.seed, *nodes**conc)
-			if err != nil {
-				return fmt.Errorf("colly run %d: %w", i+1, err)
-			}
-			if stats, err = web.stats(); err != nil {
-				return err
-			}
-			pair.Colly = measure(c, stats)
-			fmt.Printf("pair %d  colly      %8.0f pages/s  %6d pages  %5d duplicates  %3d missed  %6.0f MiB RSS\n",
-				i+1, pair.Colly.PagesPerSecond, c.Pages, stats.Duplicates, stats.Missing, c.PeakRSSMB)
-		}
-		if *withProc {
-			if err := web.reset(); err != nil {
-				return err
-			}
-			p, err := st.crawl(web.seed, 64, true)
-			if err != nil {
-				return fmt.Errorf("spiderpool with a processor, run %d: %w", i+1, err)
-			}
-			if stats, err = web.stats(); err != nil {
-				return err
-			}
-			m := measure(p.crawlResult, stats)
-			m.Runs, m.MaxHistoryEvents = p.Runs, p.MaxHistoryEvents
-			pair.WithProcessor = &m
-			pr = append(pr, m.PagesPerSecond)
-			fmt.Printf("pair %d  +processor %8.0f pages/s  %6d pages  %5d duplicates  %3d missed  %6.0f MiB RSS  %d run(s), max %d events\n",
-				i+1, m.PagesPerSecond, p.Pages, stats.Duplicates, stats.Missing, p.PeakRSSMB, p.Runs, p.MaxHistoryEvents)
-			printStatementStats(st)
 		}
 		cr.Pairs = append(cr.Pairs, pair)
-		sp = append(sp, pair.Spiderpool.PagesPerSecond)
-		if *withColly {
-			co = append(co, pair.Colly.PagesPerSecond)
+	}
+	cr.summarize(c.colly)
+	r := loadResults(*out)
+	r.Compare = cr
+	return saveResults(*out, r)
+}
+
+// comparison is the crawls of a `bench run`: each pair crawls the web
+// with spiderpool, then with Colly and with spiderpool and a no-op
+// processor when they are on.
+type comparison struct {
+	web              *webProcess
+	st               *stack
+	parallelism      int // Colly's: the spiderpool nodes' requests in flight
+	colly, processor bool
+}
+
+// pair is the n-th pair's crawls.
+func (c *comparison) pair(n int) (benchPair, error) {
+	var pair benchPair
+	m, err := c.spiderpool(false)
+	if err != nil {
+		return pair, fmt.Errorf("spiderpool run %d: %w", n, err)
+	}
+	pair.Spiderpool = m
+	fmt.Printf("pair %d  spiderpool %8.0f pages/s  %6d pages  %5d duplicates  %3d missed  %6.0f MiB RSS (3 nodes)  %d run(s), max %d events\n",
+		n, m.PagesPerSecond, m.Pages, m.Duplicates, m.Missing, m.PeakRSSMB, m.Runs, m.MaxHistoryEvents)
+	printStatementStats(c.st)
+	if c.colly {
+		if pair.Colly, err = c.crawlColly(); err != nil {
+			return pair, fmt.Errorf("colly run %d: %w", n, err)
+		}
+		m := pair.Colly
+		fmt.Printf("pair %d  colly      %8.0f pages/s  %6d pages  %5d duplicates  %3d missed  %6.0f MiB RSS\n",
+			n, m.PagesPerSecond, m.Pages, m.Duplicates, m.Missing, m.PeakRSSMB)
+	}
+	if c.processor {
+		m, err := c.spiderpool(true)
+		if err != nil {
+			return pair, fmt.Errorf("spiderpool with a processor, run %d: %w", n, err)
+		}
+		pair.WithProcessor = &m
+		fmt.Printf("pair %d  +processor %8.0f pages/s  %6d pages  %5d duplicates  %3d missed  %6.0f MiB RSS  %d run(s), max %d events\n",
+			n, m.PagesPerSecond, m.Pages, m.Duplicates, m.Missing, m.PeakRSSMB, m.Runs, m.MaxHistoryEvents)
+		printStatementStats(c.st)
+	}
+	return pair, nil
+}
+
+// spiderpool crawls the web afresh with spiderpool, every page also to a
+// no-op processor if noop.
+func (c *comparison) spiderpool(noop bool) (measured, error) {
+	if err := c.web.reset(); err != nil {
+		return measured{}, err
+	}
+	s, err := c.st.crawl(c.web.seed, 64, noop)
+	if err != nil {
+		return measured{}, err
+	}
+	stats, err := c.web.stats()
+	if err != nil {
+		return measured{}, err
+	}
+	m := measure(s.crawlResult, stats)
+	m.Runs, m.MaxHistoryEvents = s.Runs, s.MaxHistoryEvents
+	return m, nil
+}
+
+// crawlColly crawls the web afresh with Colly.
+func (c *comparison) crawlColly() (measured, error) {
+	if err := c.web.reset(); err != nil {
+		return measured{}, err
+	}
+	r, err := runColly(c.web.seed, c.parallelism)
+	if err != nil {
+		return measured{}, err
+	}
+	stats, err := c.web.stats()
+	if err != nil {
+		return measured{}, err
+	}
+	return measure(r, stats), nil
+}
+
+// summarize sets and prints the medians' ratios: spiderpool to Colly
+// (when the pairs crawled with Colly), and with the processor to without.
+func (cr *compareRun) summarize(colly bool) {
+	var sp, co, pr []float64
+	for _, p := range cr.Pairs {
+		sp = append(sp, p.Spiderpool.PagesPerSecond)
+		if colly {
+			co = append(co, p.Colly.PagesPerSecond)
+		}
+		if p.WithProcessor != nil {
+			pr = append(pr, p.WithProcessor.PagesPerSecond)
 		}
 	}
 	if len(co) > 0 {
@@ -197,9 +242,6 @@ func runCompare(args []string) error {
 		fmt.Printf("median pages/s with a no-op processor (%s): %.0f; with/without = %.2f\n",
 			cr.Processor, median(pr), cr.ProcessorRatio)
 	}
-	r := loadResults(*out)
-	r.Compare = cr
-	return saveResults(*out, r)
 }
 
 // runScale crawls webs of several sizes with spiderpool alone.
