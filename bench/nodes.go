@@ -679,42 +679,12 @@ func (s *stack) killOne(p poolPlan, pc poolCampaign) (*killResult, error) {
 	}
 	defer nodes.stop()
 	fmt.Printf("kill: %s, one process of %d nodes killed a third into %s\n", p.Name, res.Killed, pc.plan.name)
-	prefix := fmt.Sprintf("bench%d-n1", nodes.n) // the first process's identities
-	var killedAt time.Time
-	inFlight := map[string]bool{}
-	var hosts []string
+	k := &processKill{nodes: nodes, prefix: fmt.Sprintf("bench%d-n1", nodes.n), inFlight: map[string]bool{}}
 	c, err := nodes.crawlPolite(ctx, pc, web, func(c *politeCrawl) error {
-		err := nodes.query(ctx, func(conn *pgx.Conn) error {
-			rows, err := conn.Query(ctx, `SELECT DISTINCT shard_key FROM frontier WHERE node = $1 OR node LIKE $2`, prefix, prefix+"-%")
-			if err != nil {
-				return err
-			}
-			hosts, err = pgx.CollectRows(rows, pgx.RowTo[string])
-			return err
-		})
-		if err != nil {
+		if err := k.kill(ctx); err != nil {
 			return err
 		}
-		sample := func() {
-			nodes.query(ctx, func(conn *pgx.Conn) error {
-				rows, err := conn.Query(ctx, `SELECT url FROM frontier WHERE state = 'leased' AND (node = $1 OR node LIKE $2)`, prefix, prefix+"-%")
-				if err != nil {
-					return err
-				}
-				urls, err := pgx.CollectRows(rows, pgx.RowTo[string])
-				for _, u := range urls {
-					inFlight[u] = true
-				}
-				return err
-			})
-		}
-		sample()
-		killedAt = time.Now()
-		res.KilledAt = killedAt.Sub(c.start).Seconds()
-		if err := nodes.procs[0].Signal(syscall.SIGKILL); err != nil {
-			return err
-		}
-		sample() // what it held as it died
+		res.KilledAt = k.at.Sub(c.start).Seconds()
 		return nil
 	})
 	if err != nil {
@@ -722,42 +692,103 @@ func (s *stack) killOne(p poolPlan, pc poolCampaign) (*killResult, error) {
 	}
 	res.Pages, res.Seconds = c.sum.Fetched, c.seconds
 	res.Efficiency = float64(res.Pages) / (res.Seconds * pc.plan.bound(pc.web))
-	res.Hosts, res.InFlight = len(hosts), len(inFlight)
+	res.Hosts, res.InFlight = len(k.hosts), len(k.inFlight)
+	moved, err := k.moved(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(moved) > 0 {
+		res.MovedP50, res.MovedMax = moved[len(moved)/2], moved[len(moved)-1]
+	}
+	k.tally(res, web, c.agent)
+	fmt.Printf("  %d hosts moved: median %.1fs, last %.1fs after the kill; %d URLs in flight, %d duplicates (%d of them in flight), %d missed\n",
+		res.Hosts, res.MovedP50, res.MovedMax, res.InFlight, res.Duplicates, res.DuplicatesInFlight, res.Missing)
+	return res, nil
+}
+
+// processKill is kill -9 of the first node process of a pool mid-crawl:
+// the hosts its identities owned, the URLs they held, and when it died.
+type processKill struct {
+	nodes    *nodeSet
+	prefix   string // the process's identities: prefix, or prefix-<n> with replicas
+	hosts    []string
+	inFlight map[string]bool
+	at       time.Time
+}
+
+// kill notes the hosts the process owns and the URLs it holds, kills it,
+// and notes again what it held as it died.
+func (k *processKill) kill(ctx context.Context) error {
+	err := k.nodes.query(ctx, func(conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, `SELECT DISTINCT shard_key FROM frontier WHERE node = $1 OR node LIKE $2`, k.prefix, k.prefix+"-%")
+		if err != nil {
+			return err
+		}
+		k.hosts, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	k.sampleInFlight(ctx)
+	k.at = time.Now()
+	if err := k.nodes.procs[0].Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	k.sampleInFlight(ctx) // what it held as it died
+	return nil
+}
+
+// sampleInFlight adds the URLs the process holds leased to inFlight.
+func (k *processKill) sampleInFlight(ctx context.Context) {
+	k.nodes.query(ctx, func(conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, `SELECT url FROM frontier WHERE state = 'leased' AND (node = $1 OR node LIKE $2)`, k.prefix, k.prefix+"-%")
+		if err != nil {
+			return err
+		}
+		urls, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		for _, u := range urls {
+			k.inFlight[u] = true
+		}
+		return err
+	})
+}
+
+// moved is, for each host the process owned, the seconds from the kill
+// to the first page another node fetched of it, in order.
+func (k *processKill) moved(ctx context.Context) ([]float64, error) {
 	var moved []float64
-	err = nodes.query(ctx, func(conn *pgx.Conn) error {
+	err := k.nodes.query(ctx, func(conn *pgx.Conn) error {
 		rows, err := conn.Query(ctx, `
 			SELECT extract(epoch FROM min(p.fetched_at) - $3::timestamptz)
 			FROM pages p JOIN frontier f ON f.id = p.url_id
 			WHERE f.shard_key = ANY($1) AND p.node NOT LIKE $2 AND p.fetched_at > $3
-			GROUP BY f.shard_key`, hosts, prefix+"%", killedAt)
+			GROUP BY f.shard_key`, k.hosts, k.prefix+"%", k.at)
 		if err != nil {
 			return err
 		}
 		moved, err = pgx.CollectRows(rows, pgx.RowTo[float64])
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	if len(moved) > 0 {
-		sort.Float64s(moved)
-		res.MovedP50, res.MovedMax = moved[len(moved)/2], moved[len(moved)-1]
-	}
-	hits := web.HitsBy(c.agent)
+	sort.Float64s(moved)
+	return moved, err
+}
+
+// tally counts the web's pages the campaign missed and fetched twice, and
+// of those twice the ones the process held as it died.
+func (k *processKill) tally(res *killResult, web *synthweb.Web, agent string) {
+	hits := web.HitsBy(agent)
 	for _, pg := range web.Pages() {
 		switch n := hits[pg]; {
 		case n == 0:
 			res.Missing++
 		case n > web.ExpectedHits(pg):
 			res.Duplicates++
-			if inFlight[pg] {
+			if k.inFlight[pg] {
 				res.DuplicatesInFlight++
 			}
 		}
 	}
-	fmt.Printf("  %d hosts moved: median %.1fs, last %.1fs after the kill; %d URLs in flight, %d duplicates (%d of them in flight), %d missed\n",
-		res.Hosts, res.MovedP50, res.MovedMax, res.InFlight, res.Duplicates, res.DuplicatesInFlight, res.Missing)
-	return res, nil
 }
 
 // drainMany drains one process's node identities with one signal a third
