@@ -286,19 +286,11 @@ type campaignRun struct {
 func (s *stack) polite(sc politeScenario) (politeScenarioResult, error) {
 	ctx := context.Background()
 	res := politeScenarioResult{ID: sc.id, Title: sc.title}
-	var webs []*synthweb.Web
-	defer func() {
-		for _, w := range webs {
-			w.Close()
-		}
-	}()
-	for _, wp := range sc.webs {
-		w, err := wp.start()
-		if err != nil {
-			return res, err
-		}
-		webs = append(webs, w)
+	webs, closeWebs, err := startWebs(sc.webs)
+	if err != nil {
+		return res, err
 	}
+	defer closeWebs()
 	nodes, err := s.startNodes()
 	if err != nil {
 		return res, err
@@ -319,24 +311,9 @@ func (s *stack) polite(sc politeScenario) (politeScenarioResult, error) {
 		c := &campaignRun{plan: cp, web: webs[cp.web], done: make(chan struct{}), states: map[string]bool{},
 			id: fmt.Sprintf("polite%d-s%d-c%d", nodes.n, sc.id, i+1), agent: fmt.Sprintf("spiderpool-bench-%d/1.0", i+1)}
 		runs[i] = c
-		wp := sc.webs[cp.web]
-		fmt.Printf("  %-12s %d hosts x %d pages, min_delay %v, concurrency %d: bound %.1f pages/s\n",
-			cp.name, wp.hosts+wp.slowHosts, wp.pagesPerHost, cp.minDelay, cp.concurrency, cp.bound(wp))
-		c.start = time.Now()
-		spec := cp.spec(c.web.Roots(), c.agent)
-		if cp.processor {
-			spec.Processors = noop
-		}
-		wr, err := nodes.campaigns.Start(ctx, c.id, spec)
-		if err != nil {
+		if err := c.begin(ctx, nodes, sc.webs[cp.web], noop); err != nil {
 			return res, err
 		}
-		go func() {
-			defer close(c.done)
-			c.err = wr.Get(ctx, &c.sum)
-			c.ended = time.Now()
-			c.seconds = c.ended.Sub(c.start).Seconds()
-		}()
 		watchers.Go(func() { c.watch(ctx, nodes.campaigns) })
 	}
 	watchers.Wait()
@@ -356,7 +333,58 @@ func (s *stack) polite(sc politeScenario) (politeScenarioResult, error) {
 		}
 		res.Campaigns = append(res.Campaigns, pc)
 	}
-	for i, wp := range sc.webs {
+	res.measureWebs(sc.webs, webs, runs)
+	return res, nil
+}
+
+// startWebs starts a web of each plan; closeAll closes those started.
+func startWebs(plans []webPlan) (webs []*synthweb.Web, closeAll func(), err error) {
+	closeAll = func() {
+		for _, w := range webs {
+			w.Close()
+		}
+	}
+	for _, wp := range plans {
+		w, err := wp.start()
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		webs = append(webs, w)
+	}
+	return webs, closeAll, nil
+}
+
+// begin starts the campaign over wp's web, every page to the noop
+// processors if its plan has a processor, and collects its result when it
+// ends (done).
+func (c *campaignRun) begin(ctx context.Context, nodes *nodeSet, wp webPlan, noop []campaign.Processor) error {
+	cp := c.plan
+	fmt.Printf("  %-12s %d hosts x %d pages, min_delay %v, concurrency %d: bound %.1f pages/s\n",
+		cp.name, wp.hosts+wp.slowHosts, wp.pagesPerHost, cp.minDelay, cp.concurrency, cp.bound(wp))
+	c.start = time.Now()
+	spec := cp.spec(c.web.Roots(), c.agent)
+	if cp.processor {
+		spec.Processors = noop
+	}
+	wr, err := nodes.campaigns.Start(ctx, c.id, spec)
+	if err != nil {
+		return err
+	}
+	go func() {
+		defer close(c.done)
+		c.err = wr.Get(ctx, &c.sum)
+		c.ended = time.Now()
+		c.seconds = c.ended.Sub(c.start).Seconds()
+	}()
+	return nil
+}
+
+// measureWebs sets what the scenario's webs show: how fast the fast hosts
+// of a web with slow ones were crawled, and how campaigns sharing a web
+// shared it until the first of them ended.
+func (res *politeScenarioResult) measureWebs(plans []webPlan, webs []*synthweb.Web, runs []*campaignRun) {
+	for i, wp := range plans {
 		on := campaignsOn(runs, i)
 		if wp.slowHosts > 0 {
 			res.FastHosts = fastHostsOf(wp, on[0])
@@ -371,7 +399,6 @@ func (s *stack) polite(sc politeScenario) (politeScenarioResult, error) {
 			res.SharedWeb = sharedWebOf(webs[i], firstEnd)
 		}
 	}
-	return res, nil
 }
 
 // watch polls the campaign's status every 500ms until it ends, noting each
