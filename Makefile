@@ -42,12 +42,12 @@ help:
 
 tools: $(BIN)/temporal postgres
 
-# What the tests need beyond tools: docker compose (tests/observability
-# validates docker-compose.yml with it), Node.js and npm (the TypeScript
+# What the tests need beyond tools: Node.js and npm (the TypeScript
 # processor example, warcio.js), Chromium (the WACZ replay test) and
 # PgBouncer (devstack's tests run the store through it; Debian puts it in
-# /usr/sbin).
-test-tools: $(BIN)/docker-compose
+# /usr/sbin). docker-compose.yml needs nothing: the tests load it with
+# compose's own loader library (tests/harness.LoadCompose).
+test-tools:
 	@missing=""; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
@@ -62,12 +62,6 @@ test-tools: $(BIN)/docker-compose
 $(BIN)/temporal:
 	@echo "installing temporal CLI $(TEMPORAL_CLI_VERSION) into ./bin (a few minutes the first time)"
 	GOBIN=$(BIN) $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
-
-# docker compose, for `docker compose config`, which needs no Docker daemon.
-# It is built from its own module, tools/compose (its go.mod says why).
-$(BIN)/docker-compose: tools/compose/go.mod tools/compose/go.sum
-	@echo "building docker compose (tools/compose) into ./bin (about 2 minutes the first time)"
-	cd tools/compose && $(GO) build -o $@ github.com/docker/compose/v5/cmd
 
 # A Postgres server binary for throwaway clusters, unless DATABASE_URL
 # points at a server.

@@ -2,55 +2,67 @@ package harness
 
 import (
 	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/spiderpool/spiderpool/devstack"
 )
 
-// Compose runs `docker compose -f file args...` (bin/docker-compose, which
-// `make test-tools` builds; no Docker daemon is needed for `config`) in the
-// repository, with no .env file and none of the caller's COMPOSE_*,
-// DOCKER_* or SPIDERPOOL_* variables: the file is read as a newcomer's
-// machine reads it. err is the command's exit, if it failed.
-func Compose(t testing.TB, file string, args ...string) (stdout, stderr string, err error) {
+// LoadCompose reads a compose file as `docker compose config` does, with
+// compose's own loader (compose-go, the library docker compose is built
+// on), in process: the file is checked against the compose schema (an
+// unknown key fails), interpolated (a ${VAR:?message} left unset fails),
+// normalised, checked for consistency (every service, volume, network
+// and secret a service names is defined; container names are unique),
+// and its services' environments are resolved. A relative file and the
+// relative paths in it resolve against the repository.
+//
+// The file is read as a newcomer's machine reads it: with no .env file
+// and none of the caller's COMPOSE_*, DOCKER_* or SPIDERPOOL_* variables.
+// err says what was wrong with the file, naming the key or variable; a
+// test fails at once only if the repository cannot be found.
+func LoadCompose(t testing.TB, file string) (*types.Project, error) {
 	t.Helper()
-	root, rerr := devstack.RepoRoot()
-	if rerr != nil {
-		t.Fatal(rerr)
-	}
-	bin := filepath.Join(root, "bin", "docker-compose")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("docker compose, which validates docker-compose.yml, is not built: %v\n"+
-			"run `make test-tools` (make test does), which builds it from tools/compose", err)
-	}
-	noEnv := filepath.Join(t.TempDir(), "empty.env")
-	if err := os.WriteFile(noEnv, nil, 0o644); err != nil {
+	root, err := devstack.RepoRoot()
+	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, append([]string{"--project-directory", root, "--env-file", noEnv, "-f", file}, args...)...)
-	cmd.Dir = root
+	if !filepath.IsAbs(file) {
+		file = filepath.Join(root, file)
+	}
+	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "COMPOSE_") && !strings.HasPrefix(kv, "DOCKER_") && !strings.HasPrefix(kv, "SPIDERPOOL_") {
-			cmd.Env = append(cmd.Env, kv)
+			env = append(env, kv)
 		}
 	}
-	var out, errOut strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err = cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("docker compose %s: still running after a minute; stderr %q", strings.Join(args, " "), errOut.String())
+	opts, err := cli.NewProjectOptions([]string{file},
+		cli.WithWorkingDirectory(root),
+		cli.WithEnv(env),
+		cli.WithInterpolation(true),
+		cli.WithNormalization(true),
+		cli.WithConsistency(true),
+		cli.WithResolvedPaths(true),
+		cli.WithDiscardEnvFile,
+		cli.WithoutUnnecessaryResources,
+	)
+	if err != nil {
+		return nil, err
 	}
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatalf("docker compose %s: %v", strings.Join(args, " "), err)
+	project, err := opts.LoadProject(context.Background())
+	if err != nil {
+		return nil, err
 	}
-	return out.String(), errOut.String(), err
+	if project, err = project.WithServicesEnvironmentResolved(true); err != nil {
+		return nil, err
+	}
+	if err := project.CheckContainerNameUnicity(); err != nil {
+		return nil, err
+	}
+	return project, nil
 }

@@ -7,7 +7,6 @@ package security
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -79,44 +78,33 @@ func ask(t *testing.T, method, url, body, secret string) (int, []byte) {
 
 // renderedNodes are the node settings the deploy files give, by where
 // they come from: the environment of docker compose's first node as
-// `docker compose config` renders it, and of the Kubernetes StatefulSet's
-// node container.
+// compose renders it (harness.LoadCompose), and of the Kubernetes
+// StatefulSet's node container.
 func renderedNodes(t *testing.T) map[string]map[string]string {
 	t.Helper()
 	out := map[string]map[string]string{}
 
-	stdout, stderr, err := harness.Compose(t, "docker-compose.yml", "config", "--format", "json")
+	project, err := harness.LoadCompose(t, "docker-compose.yml")
 	if err != nil {
-		t.Fatalf("docker compose config: %v\n%s", err, stderr)
-	}
-	var project struct {
-		Services map[string]struct {
-			Command     []string          `json:"command"`
-			Environment map[string]string `json:"environment"`
-			Ports       []struct {
-				Target int `json:"target"`
-			} `json:"ports"`
-		} `json:"services"`
-	}
-	if err := json.Unmarshal([]byte(stdout), &project); err != nil {
-		t.Fatalf("docker compose config --format json: %v", err)
+		t.Fatalf("docker-compose.yml: %v", err)
 	}
 	for _, name := range slices.Sorted(maps.Keys(project.Services)) {
 		svc := project.Services[name]
 		if len(svc.Command) == 0 || svc.Command[0] != "worker" {
 			continue
 		}
-		bodies := svc.Environment["SPIDERPOOL_BODIES_ADDR"]
+		env := svc.Environment.ToMapping()
+		bodies := env["SPIDERPOOL_BODIES_ADDR"]
 		for _, p := range svc.Ports {
-			if bodies != "" && strings.HasSuffix(bodies, ":"+strconv.Itoa(p.Target)) {
+			if bodies != "" && strings.HasSuffix(bodies, ":"+strconv.FormatUint(uint64(p.Target), 10)) {
 				t.Errorf("compose publishes node %s's bodies port %d: processors reach it inside the network", name, p.Target)
 			}
 		}
-		if svc.Environment[config.EnvNodeSecretFile] == "" && svc.Environment[config.EnvNodeSecret] == "" {
+		if env[config.EnvNodeSecretFile] == "" && env[config.EnvNodeSecret] == "" {
 			t.Errorf("compose node %s has no node secret", name)
 		}
 		if out["compose"] == nil { // the first node by name
-			out["compose"] = svc.Environment
+			out["compose"] = env
 		}
 	}
 
