@@ -31,13 +31,13 @@ func TestLapsedClaimStopsTheHost(t *testing.T) {
 	a := leasedBatch(t, direct, site, "lapse-a", "n1", 40, pol("a/1"))
 	b := leasedBatch(t, direct, site, "lapse-b", "n2", 40, pol("b/1"))
 
-	f1, _ := startFetch(t, cutOff, "n1")
-	if _, _, err := f1.Accept(context.Background(), a, []byte("a"), "lapse-a", time.Hour); err != nil {
+	f1, ends1 := startFetch(t, cutOff, "n1")
+	if _, _, err := ends1.accept(context.Background(), f1, a, "a"); err != nil {
 		t.Fatal(err)
 	}
 	harness.Eventually(t, 30*time.Second, "n1 fetching the host", func() bool { return site.agent("a/1") >= 2 })
-	f2, _ := startFetch(t, direct, "n2")
-	if _, _, err := f2.Accept(context.Background(), b, []byte("b"), "lapse-b", time.Hour); err != nil {
+	f2, ends2 := startFetch(t, direct, "n2")
+	if _, _, err := ends2.accept(context.Background(), f2, b, "b"); err != nil {
 		t.Fatal(err)
 	}
 	proxy.hold(true)

@@ -38,7 +38,6 @@ func (c *Control) Register(r interface {
 	r.RegisterActivityWithOptions(c.StartCampaign, activity.RegisterOptions{Name: campaign.StartCampaignActivity})
 	r.RegisterActivityWithOptions(c.LeaseHosts, activity.RegisterOptions{Name: campaign.LeaseHostsActivity})
 	r.RegisterActivityWithOptions(c.AddURLs, activity.RegisterOptions{Name: campaign.AddURLsActivity})
-	r.RegisterActivityWithOptions(c.LeaseBatch, activity.RegisterOptions{Name: campaign.LeaseBatchActivity})
 	r.RegisterActivityWithOptions(c.ReleaseBatch, activity.RegisterOptions{Name: campaign.ReleaseBatchActivity})
 	r.RegisterActivityWithOptions(c.RefreshMembership, activity.RegisterOptions{Name: campaign.RefreshMembershipActivity})
 	r.RegisterActivityWithOptions(c.RecordRingChanges, activity.RegisterOptions{Name: campaign.RecordRingChangesActivity})
@@ -165,13 +164,6 @@ func (c *Control) processorsWaiting(ctx context.Context, key int64) (map[string]
 	return out, nil
 }
 
-// LeaseBatch leases due URLs for a run started before LeaseHosts.
-func (c *Control) LeaseBatch(ctx context.Context, req campaign.LeaseRequest) (campaign.Lease, error) {
-	return c.Store.Lease(ctx, store.LeaseParams{
-		CampaignKey: req.CampaignKey, Limit: req.Limit, PerHost: req.PerHost, TTL: req.TTL.D(), MaxPages: req.MaxPages,
-	})
-}
-
 // ReleaseBatch returns a batch's still-leased URLs that no live node holds
 // to pending, for a batch the workflow gave up on; or, given leases, every
 // URL of them no node claimed.
@@ -182,20 +174,12 @@ func (c *Control) ReleaseBatch(ctx context.Context, req campaign.ReleaseRequest)
 	return c.Store.Release(ctx, req.CampaignKey, req.LeaseID, req.IDs, "")
 }
 
-// RefreshMembership reads the node registry: for a pool run (req.Pull),
-// the nodes that pull and differ from what the run knows; for a run that
-// schedules FetchBatch activities, every node that runs them.
+// RefreshMembership reads the node registry: the nodes that differ from
+// what the run knows.
 func (c *Control) RefreshMembership(ctx context.Context, req campaign.MembershipRequest) ([]campaign.NodeInfo, error) {
 	nodes, err := c.Store.Nodes(ctx, req.Only)
 	if err != nil {
 		return nil, err
-	}
-	if !req.Pull {
-		// Nodes that declare capabilities without CapBatches poll no task
-		// queue: a batch scheduled there would wait for ever.
-		return slices.DeleteFunc(nodes, func(n campaign.NodeInfo) bool {
-			return len(n.Capabilities) > 0 && !slices.Contains(n.Capabilities, campaign.CapBatches)
-		}), nil
 	}
 	return campaign.MembershipChanges(nodes, req.Known), nil
 }

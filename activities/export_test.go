@@ -2,15 +2,14 @@ package activities
 
 import (
 	"context"
-	"time"
 
 	"github.com/spiderpool/spiderpool/campaign"
 )
 
-// Accept is FetchBatch without an activity context: it claims and queues
-// a batch whose completion the engine reports to its Temporal by token.
-func (f *Fetch) Accept(ctx context.Context, req campaign.FetchBatchRequest, token []byte, workflowID string, heartbeat time.Duration) (campaign.BatchResult, bool, error) {
-	return f.accept(ctx, req, token, workflowID, heartbeat)
+// Accept is Take with its answer: pending is false when the batch ended at
+// once, with res; otherwise its end goes to FetchOptions.Done.
+func (f *Fetch) Accept(ctx context.Context, req campaign.FetchBatchRequest) (res campaign.BatchResult, pending bool, err error) {
+	return f.accept(ctx, req)
 }
 
 // Stopping says whether Stop has begun: batches accepted from then on are

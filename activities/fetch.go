@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/spiderpool/spiderpool/archive"
@@ -19,29 +17,24 @@ import (
 	"github.com/spiderpool/spiderpool/store"
 )
 
-// Fetch is a node's crawler: the FetchBatch activity and the engine that
-// runs its batches.
+// Fetch is a node's crawler: the engine that runs the batches its puller
+// takes from Postgres (see Take and Puller).
 //
-// FetchBatch claims a batch's URLs for this node, hands them to the engine
-// and returns at once (activity.ErrResultPending): a batch holds no worker
-// slot while its URLs wait for their hosts, so busy never looks dead and
-// one slow host never starves another campaign of slots. The engine keeps
-// one queue per host, shared by every campaign on the node, and one
-// goroutine per host with work, which takes URLs from each campaign's
-// queue in turn as the host's pace allows; requests run under a node-wide
-// cap shared fairly among campaigns. How many hosts a node crawls at once
-// is bounded only by what the campaigns' windows send it.
+// A batch holds no worker slot while its URLs wait for their hosts. The
+// engine keeps one queue per host, shared by every campaign on the node,
+// and one goroutine per host with work, which takes URLs from each
+// campaign's queue in turn as the host's pace allows; requests run under a
+// node-wide cap shared fairly among campaigns. How many hosts a node
+// crawls at once is bounded only by what the campaigns' windows send it.
 //
-// Results are committed per campaign in chunks. A batch is completed (by
-// its task token) once all its URLs are settled, and heartbeats with its
-// progress meanwhile from one loop for the whole node, so only a dead (or
-// cut off) node's batches time out.
+// Results are committed per campaign in chunks. A batch ends once all its
+// URLs are settled, and its end, with what it did, goes to
+// FetchOptions.Done.
 type Fetch struct {
 	node     string
 	holder   string
 	store    *store.Store
 	fetcher  *fetch.Fetcher
-	temporal Temporal
 	log      *slog.Logger
 	slots    *fairSlots
 	hosts    *hostTable
@@ -67,19 +60,10 @@ type Fetch struct {
 	allSettled chan struct{}
 	completing int
 
-	life    context.Context // the engine's, until Stop returns
-	end     context.CancelFunc
-	work    sync.WaitGroup // host goroutines and requests
-	reports sync.WaitGroup // batch completions on their way to Temporal
-	loops   sync.WaitGroup
-}
-
-// Temporal is what the engine needs of a Temporal client: batches are
-// completed, and heartbeat, by task token.
-type Temporal interface {
-	CompleteActivity(ctx context.Context, taskToken []byte, result any, err error) error
-	RecordActivityHeartbeat(ctx context.Context, taskToken []byte, details ...any) error
-	SignalWorkflow(ctx context.Context, workflowID, runID, signalName string, arg any) error
+	life  context.Context // the engine's, until Stop returns
+	end   context.CancelFunc
+	work  sync.WaitGroup // host goroutines and requests
+	loops sync.WaitGroup
 }
 
 // FetchOptions are a node's fetch settings beyond its identity.
@@ -89,8 +73,6 @@ type FetchOptions struct {
 	// Holder is this process's token on the frontier rows it claims
 	// (store.HolderToken); the node's registry heartbeat keeps it alive.
 	Holder string
-	// Temporal completes batches and records their heartbeats.
-	Temporal Temporal
 	// Metrics records crawl metrics; nil records none.
 	Metrics *metrics.Crawl
 	// Archive receives every fetched page as WARC records before it is
@@ -104,8 +86,8 @@ type FetchOptions struct {
 	Commits *Commits
 }
 
-// NewFetch returns the fetch activities of node. Start runs the engine;
-// Stop hands back what it has not started and completes its batches.
+// NewFetch returns the engine of node. Start runs it; Stop hands back what
+// it has not started and ends its batches.
 func NewFetch(node string, st *store.Store, f *fetch.Fetcher, o FetchOptions, log *slog.Logger) *Fetch {
 	log = log.With("node", node)
 	slots := newFairSlots(o.Concurrency)
@@ -115,7 +97,7 @@ func NewFetch(node string, st *store.Store, f *fetch.Fetcher, o FetchOptions, lo
 		commits = NewCommits(st, o.Metrics, log)
 	}
 	return &Fetch{
-		node: node, holder: o.Holder, store: st, fetcher: f, temporal: o.Temporal, log: log,
+		node: node, holder: o.Holder, store: st, fetcher: f, log: log,
 		commits: commits, ownCommits: own,
 		slots:   slots,
 		hosts:   newHostTable(o.Holder, st, log),
@@ -132,20 +114,9 @@ func NewFetch(node string, st *store.Store, f *fetch.Fetcher, o FetchOptions, lo
 	}
 }
 
-// Register names the activity as in package campaign.
-func (f *Fetch) Register(r interface {
-	RegisterActivityWithOptions(any, activity.RegisterOptions)
-}) {
-	r.RegisterActivityWithOptions(f.FetchBatch, activity.RegisterOptions{Name: campaign.FetchBatchActivity})
-}
-
-// Start runs the engine's loops: batch heartbeats (for FetchBatch
-// activities) and host claim renewal. The policy listener is the
+// Start runs the engine's host claim renewal. The policy listener is the
 // process's, shared by its node identities: see WatchPolicies.
 func (f *Fetch) Start() {
-	if f.temporal != nil {
-		f.loop(f.heartbeats)
-	}
 	f.loop(f.hosts.keep)
 }
 
@@ -186,8 +157,8 @@ func (f *Fetch) loop(fn func(context.Context)) {
 }
 
 // Stop stops taking turns: what has not started goes back to pending,
-// requests in flight finish and are committed, and every batch is
-// completed with what it did. It gives up waiting when ctx ends.
+// requests in flight finish and are committed, and every batch ends with
+// what it did. It gives up waiting when ctx ends.
 func (f *Fetch) Stop(ctx context.Context) error {
 	f.mu.Lock()
 	f.stopping = true
@@ -199,7 +170,7 @@ func (f *Fetch) Stop(ctx context.Context) error {
 	f.handBack(stopped)
 	err := waitFor(ctx, &f.work, "requests in flight")
 	f.commits.kick()
-	err = errors.Join(err, f.waitSettled(ctx), waitFor(ctx, &f.reports, "batch completions"))
+	err = errors.Join(err, f.waitSettled(ctx))
 	f.hosts.letGoAll(ctx)
 	if f.ownCommits {
 		err = errors.Join(err, f.commits.Close(ctx))
@@ -240,14 +211,11 @@ func waitFor(ctx context.Context, wg *sync.WaitGroup, what string) error {
 	}
 }
 
-// batch is one FetchBatch the engine runs.
+// batch is one batch the engine runs.
 type batch struct {
-	key        int64 // campaign
-	req        campaign.FetchBatchRequest
-	token      []byte
-	workflowID string
-	beatEvery  time.Duration
-	ended      func(outcome string)
+	key   int64 // campaign
+	req   campaign.FetchBatchRequest
+	ended func(outcome string)
 
 	// Guarded by Fetch.mu.
 	items     []*item
@@ -256,8 +224,6 @@ type batch struct {
 	stop      chan struct{} // closed when its URLs take no more turns
 	stopped   bool
 	cancelled bool
-	orphan    bool // its activity is gone: report by signal instead
-	lastBeat  time.Time
 }
 
 // item is one claimed URL on its way through the engine.
@@ -275,12 +241,14 @@ type item struct {
 	gone    bool // handed back from the queue
 }
 
-// Take runs a batch the node took from Postgres (node_batches, a pool run):
-// it claims the batch's URLs as FetchBatch does and hands them to the
-// engine; the batch's end, with what it did, goes to FetchOptions.Done.
-// An error means nothing was claimed: the caller may try again.
+// Take runs a batch the node took from Postgres (node_batches): it claims
+// the batch's URLs still leased and not held by a live node (a batch
+// delivered twice, or rerouted while its first node lives, claims nothing
+// twice) and hands them to the engine; the batch's end, with what it did,
+// goes to FetchOptions.Done. An error means nothing was claimed: the
+// caller may try again.
 func (f *Fetch) Take(ctx context.Context, req campaign.FetchBatchRequest) error {
-	res, pending, err := f.accept(ctx, req, nil, req.CampaignID, 0)
+	res, pending, err := f.accept(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -326,21 +294,9 @@ func (f *Fetch) Campaigns() []int64 {
 	return keys
 }
 
-// FetchBatch claims the batch's URLs still leased and not held by a live
-// node, and hands them to the engine. A batch delivered twice, or rerouted
-// while its first node lives, claims nothing twice.
-func (f *Fetch) FetchBatch(ctx context.Context, req campaign.FetchBatchRequest) (campaign.BatchResult, error) {
-	info := activity.GetInfo(ctx)
-	res, pending, err := f.accept(ctx, req, info.TaskToken, info.WorkflowExecution.ID, info.HeartbeatTimeout)
-	if err != nil || !pending {
-		return res, err
-	}
-	return campaign.BatchResult{}, activity.ErrResultPending
-}
-
 // accept claims and queues a batch; pending is false when there is
 // nothing to wait for, and res is then the batch's result.
-func (f *Fetch) accept(ctx context.Context, req campaign.FetchBatchRequest, token []byte, workflowID string, heartbeat time.Duration) (res campaign.BatchResult, pending bool, err error) {
+func (f *Fetch) accept(ctx context.Context, req campaign.FetchBatchRequest) (res campaign.BatchResult, pending bool, err error) {
 	r, err := f.rules.get(ctx, req.CampaignKey)
 	if err != nil {
 		return res, false, err
@@ -352,11 +308,7 @@ func (f *Fetch) accept(ctx context.Context, req campaign.FetchBatchRequest, toke
 	for _, c := range claimed {
 		f.metrics.LeaseAge(c.LeaseAge)
 	}
-	b := &batch{
-		key: req.CampaignKey, req: req, token: token, workflowID: workflowID,
-		beatEvery: beatEvery(heartbeat), ended: f.metrics.BatchStarted(),
-		stop: make(chan struct{}), lastBeat: time.Now(),
-	}
+	b := &batch{key: req.CampaignKey, req: req, ended: f.metrics.BatchStarted(), stop: make(chan struct{})}
 	b.result.Skipped = len(req.IDs) - len(claimed)
 	// URLs the claim failed (nodes kept dying holding them) are settled.
 	claimed = slices.DeleteFunc(claimed, func(c store.ClaimedURL) bool { return c.Failed != "" })
@@ -418,15 +370,6 @@ func (f *Fetch) accept(ctx context.Context, req campaign.FetchBatchRequest, toke
 		})
 	}
 	return campaign.BatchResult{}, true, nil
-}
-
-// beatEvery is how often a batch heartbeats: a third of its timeout, at
-// most every 3 s, so a busy node's heartbeats never come late.
-func beatEvery(timeout time.Duration) time.Duration {
-	if timeout <= 0 {
-		return 3 * time.Second
-	}
-	return min(max(timeout/3, 200*time.Millisecond), 3*time.Second)
 }
 
 // stopLocked stops a batch taking turns and returns its URLs still queued,
@@ -585,10 +528,8 @@ func (f *Fetch) settled(chunk []settlement, res []campaign.BatchResult) {
 	for _, b := range done {
 		f.complete(b)
 	}
-	// Only once every finished batch is on its way (its report counted in
-	// f.reports, or handed to the puller) may Stop stop waiting: before,
-	// Stop could wait on f.reports while complete added to it, and miss
-	// the report.
+	// Only once every finished batch is handed to the puller may Stop stop
+	// waiting.
 	f.mu.Lock()
 	f.completing -= len(done)
 	if f.allSettled != nil && len(f.batches) == 0 && f.completing == 0 {
@@ -601,128 +542,15 @@ func (f *Fetch) settled(chunk []settlement, res []campaign.BatchResult) {
 	f.mu.Unlock()
 }
 
-// complete reports a finished batch to its workflow: by its task token,
-// or, when its activity is gone (the run continued as new, or gave the
-// batch up while this node lived on), by a signal the campaign accepts.
+// complete ends a finished batch: its end goes to the node's reporter.
 func (f *Fetch) complete(b *batch) {
 	f.mu.Lock()
-	res, cancelled, orphan := b.result, b.cancelled, b.orphan
+	res, cancelled := b.result, b.cancelled
 	f.mu.Unlock()
 	outcome := "completed"
 	if cancelled {
 		outcome = "cancelled"
 	}
 	b.ended(outcome)
-	if b.token == nil {
-		f.finishTaken(b.req, res)
-		return
-	}
-	f.reports.Add(1)
-	go func() {
-		defer f.reports.Done()
-		f.report(b, res, cancelled, orphan)
-	}()
-}
-
-// report delivers a finished batch's result. Temporal being away (a
-// restart) only delays it: it is tried again for as long as the batch's
-// activity could still be waiting.
-func (f *Fetch) report(b *batch, res campaign.BatchResult, cancelled, orphan bool) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(f.life), reportFor)
-	defer cancel()
-	wait := 250 * time.Millisecond
-	for !orphan {
-		var err error
-		if cancelled {
-			err = f.temporal.CompleteActivity(ctx, b.token, nil, temporal.NewCanceledError(res))
-		} else {
-			err = f.temporal.CompleteActivity(ctx, b.token, res, nil)
-		}
-		switch {
-		case err == nil:
-			return
-		case isGone(err):
-			orphan = true
-			continue
-		case ctx.Err() != nil:
-			f.log.Warn("complete batch: gave up", "campaign", b.req.CampaignID, "lease", b.req.LeaseID, "error", err)
-			return
-		}
-		f.log.Warn("complete batch, retrying", "campaign", b.req.CampaignID, "lease", b.req.LeaseID, "error", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 10*time.Second)
-	}
-	if b.req.Seq == 0 {
-		return // a run from before batch reports: it counts from Postgres at the end
-	}
-	report := campaign.BatchReport{Seq: b.req.Seq, Node: f.node, Result: res}
-	if err := f.temporal.SignalWorkflow(ctx, b.workflowID, "", campaign.BatchReportSignal, report); err != nil && !isGone(err) {
-		f.log.Warn("report batch", "campaign", b.req.CampaignID, "seq", b.req.Seq, "error", err)
-	}
-}
-
-// reportFor is how long a finished batch's result is offered to Temporal:
-// its activity's start-to-close bound.
-const reportFor = time.Hour
-
-// isGone is true of an error saying the activity or workflow no longer
-// exists (timed out, or the run closed).
-func isGone(err error) bool {
-	var nf *serviceerror.NotFound
-	return errors.As(err, &nf)
-}
-
-// heartbeats records each open batch's progress every beatEvery; it learns
-// there that a batch was cancelled (and stops it) or is gone (and reports
-// it by signal once done).
-func (f *Fetch) heartbeats(ctx context.Context) {
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		now := time.Now()
-		var due []*batch
-		var progress []campaign.BatchResult
-		f.mu.Lock()
-		for b := range f.batches {
-			if b.token != nil && !b.orphan && now.Sub(b.lastBeat) >= b.beatEvery {
-				b.lastBeat = now
-				due = append(due, b)
-				progress = append(progress, b.result)
-			}
-		}
-		f.mu.Unlock()
-		for i, b := range due {
-			f.beat(ctx, b, progress[i])
-		}
-	}
-}
-
-func (f *Fetch) beat(ctx context.Context, b *batch, progress campaign.BatchResult) {
-	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err := f.temporal.RecordActivityHeartbeat(hctx, b.token, progress)
-	cancel()
-	var canceled *temporal.CanceledError
-	switch {
-	case err == nil:
-	case errors.As(err, &canceled):
-		f.mu.Lock()
-		b.cancelled = true
-		stopped := f.stopLocked(b)
-		f.mu.Unlock()
-		f.handBack(stopped)
-	case isGone(err):
-		f.mu.Lock()
-		b.orphan = true
-		f.mu.Unlock()
-	case ctx.Err() == nil:
-		f.log.Warn("batch heartbeat", "campaign", b.req.CampaignID, "lease", b.req.LeaseID, "error", err)
-	}
+	f.finishTaken(b.req, res)
 }

@@ -2,7 +2,6 @@ package activities_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/spiderpool/spiderpool/activities"
 	"github.com/spiderpool/spiderpool/campaign"
@@ -31,79 +29,72 @@ type completion struct {
 	err    error
 }
 
-// fakeTemporal stands in for the Temporal client the engine completes
-// batches through.
-type fakeTemporal struct {
-	mu        sync.Mutex
-	done      map[string]completion
-	arrived   chan string
-	beats     map[string]int
-	cancelled map[string]bool // heartbeats of these tokens answer "cancel requested"
-	signals   []campaign.BatchReport
+// batchEnds records the batches an engine ends (FetchOptions.Done), by
+// the names the tests give them.
+type batchEnds struct {
+	mu      sync.Mutex
+	ids     map[string]int64
+	done    map[int64]completion
+	arrived chan int64
 }
 
-func newFakeTemporal() *fakeTemporal {
-	return &fakeTemporal{done: map[string]completion{}, arrived: make(chan string, 100), beats: map[string]int{}, cancelled: map[string]bool{}}
+func newBatchEnds() *batchEnds {
+	return &batchEnds{ids: map[string]int64{}, done: map[int64]completion{}, arrived: make(chan int64, 100)}
 }
 
-func (f *fakeTemporal) CompleteActivity(_ context.Context, token []byte, result any, err error) error {
-	f.mu.Lock()
-	c := completion{err: err}
-	if r, ok := result.(campaign.BatchResult); ok {
-		c.result = r
+// id is the batch number of name.
+func (e *batchEnds) id(name string) int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.ids[name]; !ok {
+		e.ids[name] = int64(len(e.ids) + 1)
 	}
-	f.done[string(token)] = c
-	f.mu.Unlock()
-	f.arrived <- string(token)
-	return nil
+	return e.ids[name]
 }
 
-func (f *fakeTemporal) RecordActivityHeartbeat(_ context.Context, token []byte, _ ...any) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.beats[string(token)]++
-	if f.cancelled[string(token)] {
-		return temporal.NewCanceledError()
-	}
-	return nil
+func (e *batchEnds) ended(d store.DoneBatch) {
+	e.mu.Lock()
+	e.done[d.Batch] = completion{result: d.Result}
+	e.mu.Unlock()
+	e.arrived <- d.Batch
 }
 
-func (f *fakeTemporal) SignalWorkflow(_ context.Context, _, _, _ string, arg any) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.signals = append(f.signals, arg.(campaign.BatchReport))
-	return nil
+// accept hands req to the engine as batch name.
+func (e *batchEnds) accept(ctx context.Context, f *activities.Fetch, req campaign.FetchBatchRequest, name string) (campaign.BatchResult, bool, error) {
+	req.Batch = e.id(name)
+	return f.Accept(ctx, req)
 }
 
-// await waits (up to a minute) for the batch of token to be completed.
-func (f *fakeTemporal) await(t *testing.T, token string) completion {
+// await waits (up to a minute) for batch name to end.
+func (e *batchEnds) await(t *testing.T, name string) completion {
 	t.Helper()
+	id := e.id(name)
 	deadline := time.After(time.Minute)
 	for {
-		f.mu.Lock()
-		c, ok := f.done[token]
-		f.mu.Unlock()
+		e.mu.Lock()
+		c, ok := e.done[id]
+		e.mu.Unlock()
 		if ok {
 			return c
 		}
 		select {
-		case <-f.arrived:
+		case <-e.arrived:
 		case <-deadline:
-			t.Fatalf("batch %s not completed within a minute", token)
+			t.Fatalf("batch %s not ended within a minute", name)
 		}
 	}
 }
 
 // startFetch runs a node's engine, registered so its holder token is alive.
-func startFetch(t *testing.T, s *store.Store, node string) (*activities.Fetch, *fakeTemporal) {
+func startFetch(t *testing.T, s *store.Store, node string) (*activities.Fetch, *batchEnds) {
 	t.Helper()
 	reg := store.Registration{ID: node, Weight: 1, Queue: campaign.NodeQueue(node), Incarnation: "1", TTL: time.Hour}
 	if err := s.RegisterNode(context.Background(), reg); err != nil {
 		t.Fatal(err)
 	}
-	tmp := newFakeTemporal()
+	tmp := newBatchEnds()
 	f := activities.NewFetch(node, s, fetch.New(4, fetch.Guard{AllowPrivate: true}), activities.FetchOptions{
-		Concurrency: 8, Holder: store.HolderToken(node, "1"), Temporal: tmp,
+		Concurrency: 8, Holder: store.HolderToken(node, "1"), Done: tmp.ended,
 	}, quiet)
 	f.Start()
 	t.Cleanup(func() {
@@ -191,16 +182,19 @@ func TestFetchBatchOutcomes(t *testing.T) {
 	if _, err := s.InsertURLs(ctx, start.CampaignKey, extra); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := control.LeaseBatch(ctx, campaign.LeaseRequest{CampaignKey: start.CampaignKey, Limit: 10, PerHost: 10, TTL: campaign.Duration(time.Minute)})
-	if err != nil || lease.Size() != 4 {
+	lease, err := s.LeaseHosts(ctx, store.HostLeaseParams{
+		CampaignKey: start.CampaignKey, Nodes: []campaign.LeaseNode{{ID: "n1", Weight: 1, Batches: 1}},
+		BatchSize: 10, Horizon: time.Hour, TTL: time.Minute, Concurrency: 10,
+	})
+	if err != nil || len(lease.Batches) != 1 || len(lease.Batches[0].IDs()) != 4 {
 		t.Fatalf("lease %+v %v", lease, err)
 	}
 
 	f, tmp := startFetch(t, s, "n1")
 	req := campaign.FetchBatchRequest{
-		CampaignID: "c1", CampaignKey: start.CampaignKey, LeaseID: lease.LeaseID, Node: "n1", IDs: lease.Groups[0].IDs, Seq: 1,
+		CampaignID: "c1", CampaignKey: start.CampaignKey, LeaseID: lease.LeaseID, Node: "n1", IDs: lease.Batches[0].IDs(),
 	}
-	if _, pending, err := f.Accept(ctx, req, []byte("t1"), "c1", 10*time.Second); err != nil || !pending {
+	if _, pending, err := tmp.accept(ctx, f, req, "t1"); err != nil || !pending {
 		t.Fatalf("accept: pending %v, %v", pending, err)
 	}
 	c := tmp.await(t, "t1")
@@ -239,7 +233,7 @@ func TestFetchBatchOutcomes(t *testing.T) {
 
 	// The same batch delivered again: everything is settled, nothing is
 	// fetched twice, and there is nothing to wait for.
-	again, pending, err := f.Accept(ctx, req, []byte("t2"), "c1", 10*time.Second)
+	again, pending, err := tmp.accept(ctx, f, req, "t2")
 	if err != nil || pending || again.Done() != 0 || again.Skipped != 4 {
 		t.Fatalf("second delivery %+v pending %v (%v), want all 4 skipped at once", again, pending, err)
 	}
@@ -358,31 +352,24 @@ func states(t *testing.T, s *store.Store, key int64) map[string]int {
 	return out
 }
 
-// TestCancelledBatchHandsBackWhatWaits: a batch whose workflow cancels it
-// (learned from its heartbeat) hands its queued URLs back to pending and
-// completes as cancelled with what it did.
-func TestCancelledBatchHandsBackWhatWaits(t *testing.T) {
+// TestStoppedCampaignHandsBackWhatWaits: a batch of a campaign that stops
+// running (cancelled, say) hands its queued URLs back to pending and ends
+// with what it did.
+func TestStoppedCampaignHandsBackWhatWaits(t *testing.T) {
 	s := harness.OpenStore(t)
 	site := newPoliteSite(t)
 	req := leasedBatch(t, s, site, "cancel", "n1", 6, campaign.Politeness{MinDelay: campaign.Duration(time.Second), IgnoreRobots: true})
 	f, tmp := startFetch(t, s, "n1")
-	tmp.mu.Lock()
-	tmp.cancelled["t"] = true
-	tmp.mu.Unlock()
-	if _, pending, err := f.Accept(context.Background(), req, []byte("t"), "cancel", time.Second); err != nil || !pending {
+	if _, pending, err := tmp.accept(context.Background(), f, req, "t"); err != nil || !pending {
 		t.Fatalf("accept: %v %v", pending, err)
 	}
-	c := tmp.await(t, "t")
-	var canceled *temporal.CanceledError
-	if !errors.As(c.err, &canceled) {
-		t.Fatalf("completed with %v, want cancelled", c.err)
-	}
-	var did campaign.BatchResult
-	if err := canceled.Details(&did); err != nil || did.Released == 0 || did.Fetched+did.Released != 6 {
-		t.Fatalf("cancelled batch says %+v (%v), want the unfetched URLs released", did, err)
+	f.StopCampaign(req.CampaignKey)
+	did := tmp.await(t, "t").result
+	if did.Released == 0 || did.Fetched+did.Released != 6 {
+		t.Fatalf("stopped batch says %+v, want the unfetched URLs released", did)
 	}
 	if st := states(t, s, req.CampaignKey); st[store.Leased] != 0 || st[store.Pending] != did.Released {
-		t.Fatalf("frontier %v after cancel, want %d pending and none leased", st, did.Released)
+		t.Fatalf("frontier %v after the stop, want %d pending and none leased", st, did.Released)
 	}
 }
 
@@ -395,7 +382,7 @@ func TestHandBackBoundsABatch(t *testing.T) {
 	req.HandBackAfter = campaign.Duration(500 * time.Millisecond)
 	f, tmp := startFetch(t, s, "n1")
 	begun := time.Now()
-	if _, _, err := f.Accept(context.Background(), req, []byte("t"), "handback", 10*time.Second); err != nil {
+	if _, _, err := tmp.accept(context.Background(), f, req, "t"); err != nil {
 		t.Fatal(err)
 	}
 	c := tmp.await(t, "t")
@@ -414,7 +401,7 @@ func TestStopHandsBackAndCompletes(t *testing.T) {
 	site := newPoliteSite(t)
 	req := leasedBatch(t, s, site, "stop", "n1", 5, campaign.Politeness{MinDelay: campaign.Duration(time.Second), IgnoreRobots: true})
 	f, tmp := startFetch(t, s, "n1")
-	if _, _, err := f.Accept(context.Background(), req, []byte("t"), "stop", 10*time.Second); err != nil {
+	if _, _, err := tmp.accept(context.Background(), f, req, "t"); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -444,7 +431,7 @@ func TestTwoCampaignsShareTheHostsPace(t *testing.T) {
 		req   campaign.FetchBatchRequest
 		token string
 	}{{fast, "fast"}, {slow, "slow"}} {
-		if _, _, err := f.Accept(context.Background(), r.req, []byte(r.token), r.req.CampaignID, 10*time.Second); err != nil {
+		if _, _, err := tmp.accept(context.Background(), f, r.req, r.token); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -30,7 +30,7 @@ func TestURLTakenAgainByItsHolderIsNotStranded(t *testing.T) {
 	pol := campaign.Politeness{MinDelay: campaign.Duration(10 * time.Second), IgnoreRobots: true}
 	first := leasedBatch(t, s, site, "retaken", "n1", 3, pol)
 	f, tmp := startFetch(t, s, "n1")
-	if _, pending, err := f.Accept(ctx, first, []byte("first"), "retaken", time.Second); err != nil || !pending {
+	if _, pending, err := tmp.accept(ctx, f, first, "first"); err != nil || !pending {
 		t.Fatalf("accept the first batch: pending %v, %v", pending, err)
 	}
 	holder := store.HolderToken("n1", "1")
@@ -48,18 +48,16 @@ func TestURLTakenAgainByItsHolderIsNotStranded(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := first
-	second.LeaseID, second.IDs, second.Seq = again.LeaseID, again.Batches[0].IDs(), 2
-	res, pending, err := f.Accept(ctx, second, []byte("second"), "retaken", time.Second)
+	second.LeaseID, second.IDs = again.LeaseID, again.Batches[0].IDs()
+	res, pending, err := tmp.accept(ctx, f, second, "second")
 	if err != nil || pending || res.Skipped != len(second.IDs) {
 		t.Fatalf("second batch: %+v pending %v (%v); want its %d URLs skipped, already queued on the node", res, pending, err, len(second.IDs))
 	}
 
-	// The first batch is cancelled: it hands back what it has queued.
-	tmp.mu.Lock()
-	tmp.cancelled["first"] = true
-	tmp.mu.Unlock()
-	if c := tmp.await(t, "first"); c.err == nil {
-		t.Fatalf("first batch completed with %+v, want cancelled", c.result)
+	// The first batch is stopped: it hands back what it has queued.
+	f.StopCampaign(first.CampaignKey)
+	if c := tmp.await(t, "first"); c.result.Released == 0 {
+		t.Fatalf("first batch ended with %+v, want its queued URLs handed back", c.result)
 	}
 	if st := states(t, s, first.CampaignKey); st[store.Leased] != 0 || st[store.Fetched] != 1 || st[store.Pending] != 2 {
 		t.Fatalf("frontier %v after the hand-back; want the first URL fetched, the two queued back to pending, none leased", st)
@@ -96,7 +94,7 @@ func TestBatchDeliveredAgainWhileStoppingKeepsItsURLs(t *testing.T) {
 	var once sync.Once
 	release := func() { once.Do(func() { close(answer) }) }
 	t.Cleanup(release) // before the engine's Stop, which waits for the request
-	if _, pending, err := f.Accept(ctx, req, []byte("first"), "again", 10*time.Second); err != nil || !pending {
+	if _, pending, err := tmp.accept(ctx, f, req, "first"); err != nil || !pending {
 		t.Fatalf("accept: pending %v, %v", pending, err)
 	}
 	select {
@@ -111,7 +109,7 @@ func TestBatchDeliveredAgainWhileStoppingKeepsItsURLs(t *testing.T) {
 		stopped <- f.Stop(stopCtx)
 	}()
 	harness.Eventually(t, time.Minute, "the node to begin stopping", f.Stopping)
-	res, pending, err := f.Accept(ctx, req, []byte("again"), "again", 10*time.Second)
+	res, pending, err := tmp.accept(ctx, f, req, "again")
 	if err != nil || pending || res.Released != 0 || res.Skipped != 1 {
 		t.Fatalf("second delivery while stopping: %+v pending %v (%v); want its one URL skipped, in flight from the first", res, pending, err)
 	}

@@ -12,10 +12,6 @@ import "slices"
 const (
 	// CapPull: the node takes its batches from Postgres (pool runs).
 	CapPull = "pull"
-	// CapBatches: the node runs FetchBatch activities on its task queue
-	// (runs started before pool runs). Nodes of earlier releases declare no
-	// capabilities at all and run batches only.
-	CapBatches = "batches"
 )
 
 // CampaignProgressActivity reads a pool run's figures from Postgres.

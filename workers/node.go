@@ -174,7 +174,6 @@ type nodeRun struct {
 	ids []string
 
 	controlWorker worker.Worker
-	nodeWorker    worker.Worker // nil for a process with replicas
 	regs          []store.Registration
 	engines       []*activities.Fetch
 	puller        *activities.Puller
@@ -192,16 +191,9 @@ func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Sto
 	identity := fmt.Sprintf("%s@%s:%d", cfg.Node.ID, hostname(), os.Getpid())
 	r.controlWorker = r.newControlWorker(identity)
 	r.buildEngines(f, m, arch, hl, tr)
-	if r.single() {
-		r.nodeWorker = r.newNodeWorker(identity)
-	}
 	r.life, r.stopLife = context.WithCancel(context.Background())
 	lc.Append(fx.Hook{OnStart: r.start, OnStop: r.stop})
 }
-
-// single is a plain node: one identity, which also runs FetchBatch
-// activities on its own task queue.
-func (r *nodeRun) single() bool { return len(r.ids) == 1 }
 
 // newControlWorker is the worker of the control queue: campaign workflows
 // and control activities.
@@ -218,17 +210,12 @@ func (r *nodeRun) newControlWorker(identity string) worker.Worker {
 }
 
 // buildEngines gives each node identity its registration and crawl
-// engine. Every identity takes pool runs' batches from Postgres through the
-// process's one puller. A plain node also runs FetchBatch activities on
-// its own task queue, for runs that schedule them (started before pool
-// runs); identities of a process with replicas poll no task queue, so
-// a thousand of them cost Temporal nothing.
+// engine. Every identity takes its batches from Postgres through the
+// process's one puller, and polls no task queue of its own, so a thousand
+// of them cost Temporal nothing.
 func (r *nodeRun) buildEngines(f *fetch.Fetcher, m *metrics.Registry, arch *archive.Writer, hl httpListener, tr *tracing) {
 	n := r.cfg.Node
 	caps := []string{campaign.CapPull}
-	if r.single() {
-		caps = append(caps, campaign.CapBatches)
-	}
 	r.puller = activities.NewPuller(r.st, tr.tracer, r.log)
 	r.commits = activities.NewCommits(r.st, m.Crawl, r.log)
 	r.regs = make([]store.Registration, len(r.ids))
@@ -243,26 +230,9 @@ func (r *nodeRun) buildEngines(f *fetch.Fetcher, m *metrics.Registry, arch *arch
 			Concurrency: n.FetchConcurrency, Holder: holder, Metrics: m.Crawl, Archive: arch, Done: r.puller.Done,
 			Commits: r.commits,
 		}
-		if r.single() {
-			opts.Temporal = r.tc
-		}
 		r.engines[i] = activities.NewFetch(id, r.st, f, opts, r.log)
 		r.puller.Add(id, holder, r.engines[i])
 	}
-}
-
-// newNodeWorker is a plain node's worker on its own task queue.
-func (r *nodeRun) newNodeWorker(identity string) worker.Worker {
-	w := worker.New(r.tc, campaign.NodeQueue(r.ids[0]), worker.Options{
-		Identity: identity,
-		// A fetch batch only claims its URLs and hands them to the node's
-		// engine (activities.Fetch), which completes it later: the slots
-		// are held for a Postgres round trip, never while hosts wait.
-		MaxConcurrentActivityExecutionSize: r.cfg.Node.MaxBatches,
-		WorkerStopTimeout:                  10 * time.Second,
-	})
-	r.engines[0].Register(w)
-	return w
 }
 
 // start registers the node identities, starts their engines, the puller
@@ -290,18 +260,9 @@ func (r *nodeRun) start(ctx context.Context) error {
 	return nil
 }
 
-// startWorkers starts the node-queue worker, if any, then the control
-// worker; a control worker that fails to start stops the other.
+// startWorkers starts the control worker.
 func (r *nodeRun) startWorkers() error {
-	if r.nodeWorker != nil {
-		if err := r.nodeWorker.Start(); err != nil {
-			return fmt.Errorf("start worker on %s: %w", campaign.NodeQueue(r.ids[0]), err)
-		}
-	}
 	if err := r.controlWorker.Start(); err != nil {
-		if r.nodeWorker != nil {
-			r.nodeWorker.Stop()
-		}
 		return fmt.Errorf("start worker on %s: %w", r.cfg.ControlQueue, err)
 	}
 	return nil
@@ -312,9 +273,6 @@ func (r *nodeRun) startWorkers() error {
 // still record their completion; then the loops end and the identities
 // deregister.
 func (r *nodeRun) stop(ctx context.Context) error {
-	if r.nodeWorker != nil {
-		r.nodeWorker.Stop()
-	}
 	r.puller.Stop(ctx)
 	r.stopEngines(ctx)
 	if err := r.commits.Close(ctx); err != nil {
