@@ -2,15 +2,12 @@ package integration
 
 import (
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nlnwa/gowarc/v3"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/spiderpool/spiderpool/archive"
 	"github.com/spiderpool/spiderpool/campaign"
@@ -19,61 +16,6 @@ import (
 	"github.com/spiderpool/spiderpool/tests/harness"
 	"github.com/spiderpool/spiderpool/tests/synthweb"
 )
-
-// scrape reads a node's /metrics in the Prometheus text format.
-func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
-	t.Helper()
-	// A bounded client: the default one would wait forever on a node
-	// that accepted the scrape and never answered.
-	client := &http.Client{Timeout: 30 * time.Second}
-	resp, err := client.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s", resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("/metrics does not parse: %v", err)
-	}
-	return fams
-}
-
-// sum adds a family's counter (or histogram count) values whose labels
-// include want.
-func sum(f *dto.MetricFamily, want map[string]string) float64 {
-	if f == nil {
-		return 0
-	}
-	var n float64
-	for _, m := range f.GetMetric() {
-		ok := true
-		for k, v := range want {
-			found := false
-			for _, l := range m.GetLabel() {
-				if l.GetName() == k && l.GetValue() == v {
-					found = true
-				}
-			}
-			ok = ok && found
-		}
-		if !ok {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			n += m.GetCounter().GetValue()
-		case m.Histogram != nil:
-			n += float64(m.GetHistogram().GetSampleCount())
-		case m.Gauge != nil:
-			n += m.GetGauge().GetValue()
-		}
-	}
-	return n
-}
 
 // warcRecords counts response and request records per target URI in
 // every WARC file of dir, each record read back with strict validation.
@@ -185,9 +127,9 @@ func TestWARCAndMetrics(t *testing.T) {
 	harness.Eventually(t, time.Minute, "a node's metrics to count its pages and Temporal activity", func() bool {
 		seen = seen[:0]
 		for _, node := range []string{a, b} {
-			f := scrape(t, metricsAddr[node])
-			pages := sum(f["spiderpool_responses_total"], map[string]string{"class": "2xx", "node": node})
-			activity := sum(f["temporal_activity_execution_latency_seconds"], nil)
+			f := harness.ScrapeMetrics(t, metricsAddr[node])
+			pages := harness.MetricSum(f["spiderpool_responses_total"], map[string]string{"class": "2xx", "node": node})
+			activity := harness.MetricSum(f["temporal_activity_execution_latency_seconds"], nil)
 			seen = append(seen, fmt.Sprintf("%s: 2xx=%.0f activities=%.0f", node, pages, activity))
 			if pages > 0 && activity > 0 {
 				fams, fetcher = f, node
@@ -198,19 +140,19 @@ func TestWARCAndMetrics(t *testing.T) {
 	})
 	for _, name := range []string{"spiderpool_fetch_duration_seconds", "spiderpool_host_wait_seconds",
 		"spiderpool_lease_age_seconds", "spiderpool_response_bytes_total", "spiderpool_urls_total"} {
-		if sum(fams[name], map[string]string{"node": fetcher}) == 0 {
+		if harness.MetricSum(fams[name], map[string]string{"node": fetcher}) == 0 {
 			t.Errorf("%s is zero mid-crawl on node %s", name, fetcher)
 		}
 	}
 	var sdk []string
 	for name, f := range fams {
-		if strings.HasPrefix(name, "temporal_") && sum(f, nil) > 0 {
+		if strings.HasPrefix(name, "temporal_") && harness.MetricSum(f, nil) > 0 {
 			sdk = append(sdk, name)
 		}
 	}
 	t.Logf("mid-crawl: node %s responses 2xx=%.0f, bytes=%.0f; %d Temporal SDK series non-zero (e.g. %v); %s",
-		fetcher, sum(fams["spiderpool_responses_total"], map[string]string{"class": "2xx"}),
-		sum(fams["spiderpool_response_bytes_total"], nil), len(sdk), head(sdk), strings.Join(seen, "; "))
+		fetcher, harness.MetricSum(fams["spiderpool_responses_total"], map[string]string{"class": "2xx"}),
+		harness.MetricSum(fams["spiderpool_response_bytes_total"], nil), len(sdk), head(sdk), strings.Join(seen, "; "))
 
 	var summary campaign.Summary
 	if err := run.Get(bounded(t, 3*time.Minute), &summary); err != nil {
