@@ -1,7 +1,6 @@
 package tlstest
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -124,23 +123,10 @@ func TestMigrateOverTLS(t *testing.T) {
 	pg := tlsPostgres(t, ca)
 	bin := harness.Binary(t)
 	run := func(url string) (int, string) {
-		ctx, cancel := context.WithTimeout(bg, time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, bin, "migrate")
+		cmd := exec.Command(bin, "migrate")
 		cmd.Env = append(os.Environ(), "DATABASE_URL="+url)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		err := cmd.Run()
-		if ctx.Err() != nil {
-			t.Fatalf("migrate still running after a minute: %s", stderr.String())
-		}
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			return exit.ExitCode(), stderr.String()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return 0, stderr.String()
+		r := harness.RunCommand(t, time.Minute, cmd)
+		return r.Code, r.Stderr
 	}
 	if code, stderr := run(pgURL("127.0.0.1", pg, "verify-full", ca.CAFile)); code != 0 {
 		t.Fatalf("migrate over verify-full: exit %d: %s", code, stderr)

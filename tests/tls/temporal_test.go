@@ -6,7 +6,6 @@
 package tlstest
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -211,24 +210,18 @@ func TestMissingClientCertificateOrAPIKeyIsNamed(t *testing.T) {
 func TestCLIWrongCA(t *testing.T) {
 	w := newTLSWorld(t)
 	other := newAuthority(t, "some-other-ca")
-	bin := harness.Binary(t)
-	ctx, cancel := context.WithTimeout(bg, time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "campaign", "status", "any",
+	cmd := exec.Command(harness.Binary(t), "campaign", "status", "any",
 		"--temporal-address", w.gateway.Addr, "--temporal-tls-ca-path", other.CAFile,
 		"--temporal-tls-cert-path", w.client.CertFile, "--temporal-tls-key-path", w.client.KeyFile)
 	cmd.Env = append(os.Environ(), "TEMPORAL_API_KEY="+clientKey, "TEMPORAL_CONFIG_FILE="+filepath.Join(t.TempDir(), "none.toml"))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || ctx.Err() != nil {
-		t.Fatalf("campaign status with a wrong CA: %v (deadline: %v); stderr %q", err, ctx.Err(), stderr.String())
+	r := harness.RunCommand(t, time.Minute, cmd)
+	if r.Code == 0 {
+		t.Fatalf("campaign status with a wrong CA: exit 0; stderr %q", r.Stderr)
 	}
 	for _, want := range []string{"TLS handshake with " + w.gateway.Addr, "not signed by the CA in " + other.CAFile,
 		"server CA from --temporal-tls-ca-path", "API key from TEMPORAL_API_KEY"} {
-		if !strings.Contains(stderr.String(), want) {
-			t.Errorf("stderr %q lacks %q", stderr.String(), want)
+		if !strings.Contains(r.Stderr, want) {
+			t.Errorf("stderr %q lacks %q", r.Stderr, want)
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"archive/zip"
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -24,21 +23,19 @@ import (
 	"github.com/spiderpool/spiderpool/tests/harness"
 )
 
-// cli runs the spiderpool binary against the stack, bounded in time.
+// cli runs the spiderpool binary against the stack, bounded in time; a
+// command that fails fails the test.
 func cli(t *testing.T, s *harness.Stack, args ...string) (stdout, stderr string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	args = append(args, "--temporal-address", s.Config.TemporalAddress, "--database-url", s.Config.DatabaseURL,
 		"--control-queue", s.Config.ControlQueue)
-	cmd := exec.CommandContext(ctx, harness.Binary(t), args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd := exec.Command(harness.Binary(t), args...)
 	cmd.Env = append(os.Environ(), "DATABASE_URL=", "TEMPORAL_ADDRESS=")
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("spiderpool %v: %v\n%s", args, err, errb.String())
+	r := harness.RunCommand(t, 2*time.Minute, cmd)
+	if r.Code != 0 {
+		t.Fatalf("spiderpool %v: exit %d\n%s", args, r.Code, r.Stderr)
 	}
-	return out.String(), errb.String()
+	return r.Stdout, r.Stderr
 }
 
 // cdxjLine is one line of a CDXJ index, parsed.
