@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 
 	"go.temporal.io/api/serviceerror"
@@ -40,13 +38,3 @@ func TestExitCodeClassifiesErrors(t *testing.T) {
 		}
 	}
 }
-
-func TestUnknownSubcommandIsAUsageError(t *testing.T) {
-	for args, want := range map[string]int{"campaign strat": exitUsage, "campaign": exitOK, "bogus": exitUsage, "version": exitOK} {
-		if got := run(context.Background(), splitArgs(args)); got != want {
-			t.Errorf("spiderpool %s: exit %d, want %d", args, got, want)
-		}
-	}
-}
-
-func splitArgs(s string) []string { return strings.Fields(s) }

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,11 +44,6 @@ const (
 	exitNotFound    = 5
 )
 
-type result struct {
-	code           int
-	stdout, stderr string
-}
-
 // cliEnv is the environment the binary runs in: none of the caller's
 // settings for Postgres or Temporal leak in.
 func cliEnv() []string {
@@ -62,36 +58,22 @@ func cliEnv() []string {
 }
 
 // spiderpool runs the binary to its end, a minute at most.
-func spiderpool(t *testing.T, stdin string, args ...string) result {
+func spiderpool(t *testing.T, stdin string, args ...string) harness.CommandResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(bg, time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, harness.Binary(t), args...)
+	cmd := exec.Command(harness.Binary(t), args...)
 	cmd.Env = cliEnv()
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr, cmd.Stdin = &out, &errb, strings.NewReader(stdin)
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("spiderpool %v: still running after a minute; stderr %q", args, errb.String())
-	}
-	r := result{stdout: out.String(), stderr: errb.String()}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		r.code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("spiderpool %v: %v", args, err)
-	}
-	return r
+	cmd.Stdin = strings.NewReader(stdin)
+	return harness.RunCommand(t, time.Minute, cmd)
 }
 
-func expect(t *testing.T, r result, code int, stderrHas ...string) {
+func expect(t *testing.T, r harness.CommandResult, code int, stderrHas ...string) {
 	t.Helper()
-	if r.code != code {
-		t.Errorf("exit %d, want %d; stdout %q, stderr %q", r.code, code, r.stdout, r.stderr)
+	if r.Code != code {
+		t.Errorf("exit %d, want %d; stdout %q, stderr %q", r.Code, code, r.Stdout, r.Stderr)
 	}
 	for _, s := range stderrHas {
-		if !strings.Contains(r.stderr, s) {
-			t.Errorf("stderr %q lacks %q", r.stderr, s)
+		if !strings.Contains(r.Stderr, s) {
+			t.Errorf("stderr %q lacks %q", r.Stderr, s)
 		}
 	}
 }
@@ -125,11 +107,18 @@ func TestUsageErrorsExit2(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := spiderpool(t, tc.stdin, append(off, tc.args...)...)
 			expect(t, r, exitUsage, tc.wants...)
-			if strings.Contains(r.stderr, "got a number") || strings.Contains(r.stderr, "cannot reach") {
-				t.Errorf("stderr %q: a usage error is reported as something else", r.stderr)
+			if strings.Contains(r.Stderr, "got a number") || strings.Contains(r.Stderr, "cannot reach") {
+				t.Errorf("stderr %q: a usage error is reported as something else", r.Stderr)
 			}
 		})
 	}
+}
+
+// TestCommandGroupAloneIsNotAnError: `spiderpool campaign` without a
+// subcommand asks for the group's help, exit 0; a subcommand it does not
+// have is a usage error (TestUsageErrorsExit2).
+func TestCommandGroupAloneIsNotAnError(t *testing.T) {
+	expect(t, spiderpool(t, "", "campaign"), exitOK)
 }
 
 // TestUnreachableExit3: Temporal or Postgres out of reach is exit 3.
@@ -164,8 +153,8 @@ func TestWorkerUnreachableExit3(t *testing.T) {
 			r := spiderpool(t, "", "worker", "--node", "n1", "--database-url", tc.databaseURL,
 				"--temporal-address", tc.temporalAddress, "--connect-timeout", "1s")
 			expect(t, r, exitUnreachable, tc.wants...)
-			if strings.Contains(r.stderr, tc.notNamed) {
-				t.Errorf("stderr %q names %s, which was not tried or not at fault", r.stderr, tc.notNamed)
+			if strings.Contains(r.Stderr, tc.notNamed) {
+				t.Errorf("stderr %q names %s, which was not tried or not at fault", r.Stderr, tc.notNamed)
 			}
 		})
 	}
@@ -189,7 +178,7 @@ func newStack(t *testing.T) *stack {
 		"--database-url", s.Config.DatabaseURL, "--control-queue", s.Config.ControlQueue}}
 }
 
-func (s *stack) cli(t *testing.T, stdin string, args ...string) result {
+func (s *stack) cli(t *testing.T, stdin string, args ...string) harness.CommandResult {
 	t.Helper()
 	return spiderpool(t, stdin, append(args, s.flags...)...)
 }
@@ -228,8 +217,8 @@ func TestCampaignExitCodesAndJSON(t *testing.T) {
 		CampaignID string `json:"campaign_id"`
 		RunID      string `json:"run_id"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &started); err != nil || started.CampaignID != id || started.RunID == "" {
-		t.Fatalf("start --json printed %q (%v)", r.stdout, err)
+	if err := json.Unmarshal([]byte(r.Stdout), &started); err != nil || started.CampaignID != id || started.RunID == "" {
+		t.Fatalf("start --json printed %q (%v)", r.Stdout, err)
 	}
 
 	t.Run("workflow input is the normalised spec", func(t *testing.T) {
@@ -257,9 +246,9 @@ func TestCampaignExitCodesAndJSON(t *testing.T) {
 			Operation string              `json:"operation"`
 			Node      campaign.NodeStatus `json:"node"`
 		}
-		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.Operation != campaign.Reweight ||
+		if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil || out.Operation != campaign.Reweight ||
 			out.Node.ID != s.NodeID("a") || out.Node.Override == nil || *out.Node.Override != 2 {
-			t.Errorf("reweight --json printed %q (%v)", r.stdout, err)
+			t.Errorf("reweight --json printed %q (%v)", r.Stdout, err)
 		}
 	})
 
@@ -270,25 +259,25 @@ func TestCampaignExitCodesAndJSON(t *testing.T) {
 			CampaignID string          `json:"campaign_id"`
 			Status     campaign.Status `json:"status"`
 		}
-		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.CampaignID != id || out.Status.State != "paused" {
-			t.Errorf("pause --json printed %q (%v)", r.stdout, err)
+		if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil || out.CampaignID != id || out.Status.State != "paused" {
+			t.Errorf("pause --json printed %q (%v)", r.Stdout, err)
 		}
 		r = s.cli(t, "", "campaign", "drain", id, s.NodeID("b"), "--json")
 		expect(t, r, exitOK)
-		if !strings.Contains(r.stdout, `"operation":"drain"`) || !strings.Contains(r.stdout, `"state":"draining"`) &&
-			!strings.Contains(r.stdout, `"state":"drained"`) {
-			t.Errorf("drain --json printed %q", r.stdout)
+		if !strings.Contains(r.Stdout, `"operation":"drain"`) || !strings.Contains(r.Stdout, `"state":"draining"`) &&
+			!strings.Contains(r.Stdout, `"state":"drained"`) {
+			t.Errorf("drain --json printed %q", r.Stdout)
 		}
 		r = s.cli(t, "", "campaign", "undrain", id, s.NodeID("b"), "--json")
 		expect(t, r, exitOK)
-		if !strings.Contains(r.stdout, `"operation":"undrain"`) {
-			t.Errorf("undrain --json printed %q", r.stdout)
+		if !strings.Contains(r.Stdout, `"operation":"undrain"`) {
+			t.Errorf("undrain --json printed %q", r.Stdout)
 		}
 		r = s.cli(t, "", "campaign", "status", id, "--json")
 		expect(t, r, exitOK)
 		var st campaign.Status
-		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.CampaignID != id || len(st.Nodes) != 3 {
-			t.Errorf("status --json printed %q (%v)", r.stdout, err)
+		if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil || st.CampaignID != id || len(st.Nodes) != 3 {
+			t.Errorf("status --json printed %q (%v)", r.Stdout, err)
 		}
 	})
 
@@ -315,12 +304,12 @@ func TestCampaignExitCodesAndJSON(t *testing.T) {
 		w.firstStatus(t)
 		r := s.cli(t, "", "campaign", "cancel", id, "--json")
 		expect(t, r, exitOK)
-		if !strings.Contains(r.stdout, `"operation":"cancel"`) {
-			t.Errorf("cancel --json printed %q", r.stdout)
+		if !strings.Contains(r.Stdout, `"operation":"cancel"`) {
+			t.Errorf("cancel --json printed %q", r.Stdout)
 		}
 		r = w.wait(t)
 		expect(t, r, exitEnded, "campaign "+id)
-		last := lastLine(r.stdout)
+		last := lastLine(r.Stdout)
 		var line struct {
 			CampaignID string `json:"campaign_id"`
 			Error      string `json:"error"`
@@ -351,9 +340,9 @@ func TestCampaignExitCodesAndJSON(t *testing.T) {
 			CampaignID string            `json:"campaign_id"`
 			Summary    *campaign.Summary `json:"summary"`
 		}
-		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.CampaignID != wid || out.Summary == nil ||
+		if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil || out.CampaignID != wid || out.Summary == nil ||
 			out.Summary.Outcome != campaign.OutcomeCompleted || out.Summary.Fetched == 0 {
-			t.Errorf("start --wait --json printed %q (%v)", r.stdout, err)
+			t.Errorf("start --wait --json printed %q (%v)", r.Stdout, err)
 		}
 	})
 }
@@ -397,11 +386,11 @@ func TestVersion(t *testing.T) {
 	bin := build("-ldflags", "-X main.version=v9.8.7-test -X main.commit="+commit)
 	r := runBin(t, bin, "version", "--json")
 	var v version
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil || v.Version != "v9.8.7-test" || v.Commit != commit || v.Go == "" {
-		t.Errorf("stamped version --json: exit %d, %q", r.code, r.stdout)
+	if r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &v) != nil || v.Version != "v9.8.7-test" || v.Commit != commit || v.Go == "" {
+		t.Errorf("stamped version --json: exit %d, %q", r.Code, r.Stdout)
 	}
-	if r := runBin(t, bin, "version"); r.code != 0 || !strings.HasPrefix(r.stdout, "spiderpool v9.8.7-test (commit "+commit) {
-		t.Errorf("stamped version: exit %d, %q", r.code, r.stdout)
+	if r := runBin(t, bin, "version"); r.Code != 0 || !strings.HasPrefix(r.Stdout, "spiderpool v9.8.7-test (commit "+commit) {
+		t.Errorf("stamped version: exit %d, %q", r.Code, r.Stdout)
 	}
 
 	if _, err := exec.LookPath("git"); err != nil {
@@ -420,8 +409,8 @@ func TestVersion(t *testing.T) {
 	rev, _, _ = strings.Cut(rev, "\n")
 	r = runBin(t, bin, "version", "--json")
 	v = version{}
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &v) != nil || v.Commit != rev {
-		t.Fatalf("unstamped version --json: exit %d, %q; want commit %s, Go's VCS stamp", r.code, r.stdout, rev)
+	if r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &v) != nil || v.Commit != rev {
+		t.Fatalf("unstamped version --json: exit %d, %q; want commit %s, Go's VCS stamp", r.Code, r.Stdout, rev)
 	}
 	// The commit the binary was built from is this checkout's HEAD, or an
 	// ancestor of it should a commit have landed since.
@@ -430,29 +419,20 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-func runBin(t *testing.T, bin string, args ...string) result {
+// runBin runs a binary built by the test to its end, a minute at most.
+func runBin(t *testing.T, bin string, args ...string) harness.CommandResult {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = cliEnv()
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	r := result{stdout: out.String(), stderr: errb.String()}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		r.code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return harness.RunCommand(t, time.Minute, cmd)
 }
 
 // watch is `campaign watch --json` running in the background.
 type watch struct {
 	cmd    *exec.Cmd
 	lines  chan string
-	stdout strings.Builder
-	stderr bytes.Buffer
+	out    strings.Builder
+	errOut bytes.Buffer
 	done   chan struct{}
 }
 
@@ -461,7 +441,7 @@ func startWatch(t *testing.T, s *stack, id string) *watch {
 	w := &watch{lines: make(chan string, 1024), done: make(chan struct{})}
 	w.cmd = exec.Command(harness.Binary(t), append([]string{"campaign", "watch", id, "--json", "--every", "200ms"}, s.flags...)...)
 	w.cmd.Env = cliEnv()
-	w.cmd.Stderr = &w.stderr
+	w.cmd.Stderr = &w.errOut
 	out, err := w.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -475,7 +455,7 @@ func startWatch(t *testing.T, s *stack, id string) *watch {
 		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
-			w.stdout.WriteString(sc.Text() + "\n")
+			w.out.WriteString(sc.Text() + "\n")
 			select {
 			case w.lines <- sc.Text():
 			default:
@@ -496,13 +476,13 @@ func (w *watch) firstStatus(t *testing.T) {
 			t.Fatalf("watch --json's first line is %q, want a status", line)
 		}
 	case <-w.done:
-		t.Fatalf("watch ended before reporting: stderr %q", w.stderr.String())
+		t.Fatalf("watch ended before reporting: stderr %q", w.errOut.String())
 	case <-time.After(time.Minute):
 		t.Fatal("watch reported nothing for a minute")
 	}
 }
 
-func (w *watch) wait(t *testing.T) result {
+func (w *watch) wait(t *testing.T) harness.CommandResult {
 	t.Helper()
 	select {
 	case <-w.done:
@@ -510,12 +490,12 @@ func (w *watch) wait(t *testing.T) result {
 		t.Fatal("watch still running a minute later")
 	}
 	err := w.cmd.Wait()
-	r := result{stdout: w.stdout.String(), stderr: w.stderr.String()}
+	r := harness.CommandResult{Stdout: w.out.String(), Stderr: w.errOut.String()}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
-		r.code = ee.ExitCode()
+		r.Code = ee.ExitCode()
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			t.Fatalf("watch was killed by %v; stderr %q", ws.Signal(), r.stderr)
+			t.Fatalf("watch was killed by %v; stderr %q", ws.Signal(), r.Stderr)
 		}
 	} else if err != nil {
 		t.Fatal(err)
@@ -547,17 +527,41 @@ func workflowInput(t *testing.T, c client.Client, id string) []byte {
 	return payloads[0].GetData()
 }
 
-// silentAddr is an address that takes connections and never answers.
+// silentAddr is an address that takes connections and never answers: a
+// loopback listener that accepts TCP and never writes a byte or closes a
+// connection until the test ends.
 func silentAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = l.Close() })
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
 	return l.Addr().String()
 }
 
+// closedAddr is a loopback port nothing listens on: connections to it are
+// refused.
 func closedAddr(t *testing.T) string {
 	t.Helper()
 	port, err := devstack.FreePort()

@@ -47,8 +47,8 @@ func TestScheduleUsageErrorsExit2(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := spiderpool(t, tc.stdin, append(tc.args, off...)...)
 			expect(t, r, exitUsage, tc.wants...)
-			if strings.Contains(r.stderr, "cannot reach") {
-				t.Errorf("stderr %q: a usage error is reported as something else", r.stderr)
+			if strings.Contains(r.Stderr, "cannot reach") {
+				t.Errorf("stderr %q: a usage error is reported as something else", r.Stderr)
 			}
 		})
 	}
@@ -70,9 +70,9 @@ func TestScheduleLifecycle(t *testing.T) {
 	expect(t, r, exitOK)
 	t.Cleanup(func() { _ = s.Client.ScheduleClient().GetHandle(bg, id).Delete(bg) })
 	var created control.ScheduleInfo
-	if err := json.Unmarshal([]byte(r.stdout), &created); err != nil || created.ID != id || created.Every != "1h" ||
+	if err := json.Unmarshal([]byte(r.Stdout), &created); err != nil || created.ID != id || created.Every != "1h" ||
 		created.Paused || len(created.NextRuns) == 0 || created.Queue != s.Config.ControlQueue {
-		t.Fatalf("create --json printed %q (%v)", r.stdout, err)
+		t.Fatalf("create --json printed %q (%v)", r.Stdout, err)
 	}
 
 	t.Run("the schedule Temporal holds", func(t *testing.T) {
@@ -118,8 +118,8 @@ func TestScheduleLifecycle(t *testing.T) {
 	t.Run("trigger starts a campaign in the series", func(t *testing.T) {
 		r := s.cli(t, "", "campaign", "schedule", "trigger", id, "--json")
 		expect(t, r, exitOK)
-		if !strings.Contains(r.stdout, `"operation":"trigger"`) || strings.Contains(r.stdout, "still_running") {
-			t.Errorf("trigger --json printed %q", r.stdout)
+		if !strings.Contains(r.Stdout, `"operation":"trigger"`) || strings.Contains(r.Stdout, "still_running") {
+			t.Errorf("trigger --json printed %q", r.Stdout)
 		}
 		h := s.Client.ScheduleClient().GetHandle(bg, id)
 		harness.Eventually(t, 30*time.Second, "the triggered run in the schedule's recent actions", func() bool {
@@ -155,8 +155,8 @@ func TestScheduleLifecycle(t *testing.T) {
 		// says so.
 		r = s.cli(t, "", "campaign", "schedule", "trigger", id)
 		expect(t, r, exitOK)
-		if !strings.Contains(r.stdout, "skipped: campaign "+campaignID+" is still running") {
-			t.Errorf("trigger during a run printed %q", r.stdout)
+		if !strings.Contains(r.Stdout, "skipped: campaign "+campaignID+" is still running") {
+			t.Errorf("trigger during a run printed %q", r.Stdout)
 		}
 	})
 
@@ -168,17 +168,17 @@ func TestScheduleLifecycle(t *testing.T) {
 			Operation  string                `json:"operation"`
 			Schedule   *control.ScheduleInfo `json:"schedule"`
 		}
-		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out.ScheduleID != id || out.Operation != "pause" ||
+		if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil || out.ScheduleID != id || out.Operation != "pause" ||
 			out.Schedule == nil || !out.Schedule.Paused || out.Schedule.Note != "site migration" {
-			t.Errorf("pause --json printed %q (%v)", r.stdout, err)
+			t.Errorf("pause --json printed %q (%v)", r.Stdout, err)
 		}
 		if info, _ := findSchedule(t, s, id); !info.Paused || info.Note != "site migration" {
 			t.Errorf("after pause list shows %+v: want paused, with the note", info)
 		}
 		r = s.cli(t, "", "campaign", "schedule", "list")
 		expect(t, r, exitOK)
-		if !strings.Contains(r.stdout, "paused: site migration") {
-			t.Errorf("list printed %q: want the schedule paused, with its note", r.stdout)
+		if !strings.Contains(r.Stdout, "paused: site migration") {
+			t.Errorf("list printed %q: want the schedule paused, with its note", r.Stdout)
 		}
 		expect(t, s.cli(t, "", "campaign", "schedule", "unpause", id), exitOK)
 		if info, _ := findSchedule(t, s, id); info.Paused {
@@ -190,8 +190,8 @@ func TestScheduleLifecycle(t *testing.T) {
 		cid := id + "-cron"
 		r := s.cli(t, spec, "campaign", "schedule", "create", cid, "--spec", "-", "--cron", "0 3 * * mon-fri")
 		expect(t, r, exitOK)
-		if !strings.Contains(r.stdout, "created schedule "+cid+": cron 0 3 * * mon-fri, next run") {
-			t.Errorf("create printed %q", r.stdout)
+		if !strings.Contains(r.Stdout, "created schedule "+cid+": cron 0 3 * * mon-fri, next run") {
+			t.Errorf("create printed %q", r.Stdout)
 		}
 		info := describeSchedule(t, s, cid)
 		if info.Cron != "0 3 * * mon-fri" || len(info.NextRuns) == 0 || info.NextRuns[0].UTC().Hour() != 3 {
@@ -209,8 +209,8 @@ func TestScheduleLifecycle(t *testing.T) {
 	t.Run("delete", func(t *testing.T) {
 		r := s.cli(t, "", "campaign", "schedule", "delete", id, "--json")
 		expect(t, r, exitOK)
-		if !strings.Contains(r.stdout, `"operation":"delete"`) {
-			t.Errorf("delete --json printed %q", r.stdout)
+		if !strings.Contains(r.Stdout, `"operation":"delete"`) {
+			t.Errorf("delete --json printed %q", r.Stdout)
 		}
 		if _, ok := findSchedule(t, s, id); ok {
 			t.Errorf("list shows %s after delete", id)
@@ -235,8 +235,8 @@ func findSchedule(t *testing.T, s *stack, id string) (control.ScheduleInfo, bool
 	r := s.cli(t, "", "campaign", "schedule", "list", "--json")
 	expect(t, r, exitOK)
 	var list []control.ScheduleInfo
-	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil {
-		t.Fatalf("list --json printed %q: %v", r.stdout, err)
+	if err := json.Unmarshal([]byte(r.Stdout), &list); err != nil {
+		t.Fatalf("list --json printed %q: %v", r.Stdout, err)
 	}
 	i := slices.IndexFunc(list, func(s control.ScheduleInfo) bool { return s.ID == id })
 	if i < 0 {

@@ -53,16 +53,16 @@ func TestAddURLsToARunningCampaign(t *testing.T) {
 	}
 	common := []string{"--temporal-address", harness.Temporal(t).Address(), "--database-url", s.Config.DatabaseURL,
 		"--control-queue", s.Config.ControlQueue}
-	out := runCmd(t, "# 500 URLs\n"+strings.Join(lines, "\n")+"\n", spiderpoolBin(t),
+	out := runCmd(t, "# 500 URLs\n"+strings.Join(lines, "\n")+"\n", harness.Binary(t),
 		append([]string{"campaign", "add", id, "--file", "-", "--json"}, common...)...)
-	if out.code != 0 {
-		t.Fatalf("campaign add: exit %d: %s", out.code, out.stderr)
+	if out.Code != 0 {
+		t.Fatalf("campaign add: exit %d: %s", out.Code, out.Stderr)
 	}
 	var got struct {
 		Added campaign.AddURLsResult `json:"added"`
 	}
-	if err := json.Unmarshal([]byte(out.stdout), &got); err != nil {
-		t.Fatalf("campaign add --json printed %q: %v", out.stdout, err)
+	if err := json.Unmarshal([]byte(out.Stdout), &got); err != nil {
+		t.Fatalf("campaign add --json printed %q: %v", out.Stdout, err)
 	}
 	if len(got.Added.URLs) != 500 {
 		t.Fatalf("%d URLs reported, want 500", len(got.Added.URLs))
@@ -82,14 +82,14 @@ func TestAddURLsToARunningCampaign(t *testing.T) {
 	tout := runCmd(t, "", temporalCLI(t), "workflow", "update", "execute", "--address", harness.Temporal(t).Address(),
 		"--workflow-id", id, "--name", campaign.AddURLs, "-o", "json",
 		"--input", `{"urls": ["`+unlinked.URL(0, 0)+`", "ftp://nowhere/"]}`)
-	if tout.code != 0 {
-		t.Fatalf("temporal workflow update execute: exit %d: %s %s", tout.code, tout.stdout, tout.stderr)
+	if tout.Code != 0 {
+		t.Fatalf("temporal workflow update execute: exit %d: %s %s", tout.Code, tout.Stdout, tout.Stderr)
 	}
 	var viaCLI struct {
 		Result campaign.AddURLsResult `json:"result"`
 	}
-	if err := json.Unmarshal([]byte(tout.stdout), &viaCLI); err != nil || viaCLI.Result.Duplicate != 1 || viaCLI.Result.Invalid != 1 {
-		t.Errorf("temporal workflow update printed %q (%v): want 1 duplicate and 1 invalid", tout.stdout, err)
+	if err := json.Unmarshal([]byte(tout.Stdout), &viaCLI); err != nil || viaCLI.Result.Duplicate != 1 || viaCLI.Result.Invalid != 1 {
+		t.Errorf("temporal workflow update printed %q (%v): want 1 duplicate and 1 invalid", tout.Stdout, err)
 	}
 
 	sum, err := s.Campaigns.Result(bounded(t, 3*time.Minute), id)

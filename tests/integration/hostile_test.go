@@ -319,10 +319,10 @@ func TestRetriesAndRetryFailed(t *testing.T) {
 	}
 
 	web.Revive()
-	r := runCmd(t, "", spiderpoolBin(t), "campaign", "retry-failed", id, "--temporal-address", s.Config.TemporalAddress,
+	r := runCmd(t, "", harness.Binary(t), "campaign", "retry-failed", id, "--temporal-address", s.Config.TemporalAddress,
 		"--database-url", s.Config.DatabaseURL, "--control-queue", s.Config.ControlQueue)
-	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("re-queued %d failed URL(s); the campaign is running again", len(dead))) {
-		t.Fatalf("retry-failed: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	if r.Code != 0 || !strings.Contains(r.Stdout, fmt.Sprintf("re-queued %d failed URL(s); the campaign is running again", len(dead))) {
+		t.Fatalf("retry-failed: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
 	again := harness.CampaignResult(t, s, id, 2*time.Minute)
 	hits := web.Hits()

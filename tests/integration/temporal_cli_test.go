@@ -1,18 +1,13 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,41 +19,15 @@ import (
 	"github.com/spiderpool/spiderpool/tests/synthweb"
 )
 
-// spiderpoolBin is the CLI, built once.
-func spiderpoolBin(t *testing.T) string { return harness.Binary(t) }
-
-type result struct {
-	stdout, stderr string
-	code           int
-	took           time.Duration
-	killed         bool // by runCmdWithin's deadline
-}
-
-func runCmd(t *testing.T, stdin string, name string, args ...string) result {
+// runCmd runs a command (ours or the Temporal CLI) to its end, two
+// minutes at most, with none of the caller's DATABASE_URL or
+// TEMPORAL_ADDRESS.
+func runCmd(t *testing.T, stdin string, name string, args ...string) harness.CommandResult {
 	t.Helper()
-	return runCmdWithin(t, 2*time.Minute, stdin, name, args...)
-}
-
-// runCmdWithin runs a command, killing it if it is still running after
-// within (result.killed says so).
-func runCmdWithin(t *testing.T, within time.Duration, stdin string, name string, args ...string) result {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(bg, within)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr, cmd.Stdin = &out, &errb, strings.NewReader(stdin)
+	cmd := exec.Command(name, args...)
+	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Env = append(os.Environ(), "DATABASE_URL=", "TEMPORAL_ADDRESS=")
-	start := time.Now()
-	err := cmd.Run()
-	r := result{stdout: out.String(), stderr: errb.String(), took: time.Since(start), killed: ctx.Err() != nil}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		r.code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("%s %v: %v", name, args, err)
-	}
-	return r
+	return harness.RunCommand(t, 2*time.Minute, cmd)
 }
 
 func temporalCLI(t *testing.T) string {
@@ -83,18 +52,18 @@ func TestTemporalCLIStartsCampaignWithDefaults(t *testing.T) {
 	id := "tcli-" + s.Name
 	r := runCmd(t, "", tcli, "workflow", "start", "--address", addr, "--type", campaign.WorkflowType,
 		"--task-queue", s.Config.ControlQueue, "--workflow-id", id, "--input", `{"seeds":["`+web.Seed()+`"]}`)
-	if r.code != 0 {
-		t.Fatalf("temporal workflow start: %s %s", r.stdout, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("temporal workflow start: %s %s", r.Stdout, r.Stderr)
 	}
 	q := runCmd(t, "", tcli, "workflow", "query", "--address", addr, "--workflow-id", id, "--type", campaign.StatusQuery, "-o", "json")
-	if q.code != 0 {
-		t.Fatalf("temporal workflow query: %s %s", q.stdout, q.stderr)
+	if q.Code != 0 {
+		t.Fatalf("temporal workflow query: %s %s", q.Stdout, q.Stderr)
 	}
 	var answer struct {
 		QueryResult []campaign.Status `json:"queryResult"`
 	}
-	if err := json.Unmarshal([]byte(q.stdout), &answer); err != nil || len(answer.QueryResult) != 1 || answer.QueryResult[0].CampaignID != id {
-		t.Fatalf("query output %q (%v)", q.stdout, err)
+	if err := json.Unmarshal([]byte(q.Stdout), &answer); err != nil || len(answer.QueryResult) != 1 || answer.QueryResult[0].CampaignID != id {
+		t.Fatalf("query output %q (%v)", q.Stdout, err)
 	}
 	sum, err := s.Campaigns.Result(bounded(t, 2*time.Minute), id)
 	if err != nil {
@@ -119,7 +88,7 @@ func TestTemporalCLIStartsCampaignWithDefaults(t *testing.T) {
 // get errors naming the field, a running campaign is unharmed, and without
 // Postgres or Temporal commands fail fast saying which and where.
 func TestBadInputIsNamedAndHarmless(t *testing.T) {
-	bin := spiderpoolBin(t)
+	bin := harness.Binary(t)
 	s := harness.NewStack(t)
 	addr := harness.Temporal(t).Address()
 	common := []string{"--temporal-address", addr, "--database-url", s.Config.DatabaseURL, "--control-queue", s.Config.ControlQueue}
@@ -131,8 +100,8 @@ func TestBadInputIsNamedAndHarmless(t *testing.T) {
 		{`{"seeds":["http://127.0.0.1:1/"],"limit":{}}`, "spec", `unknown field "limit"`},
 	} {
 		r := runCmd(t, tc.spec, bin, append([]string{"campaign", "start", "--spec", "-", "--id", "bad-" + s.Name}, common...)...)
-		if r.code == 0 || !strings.Contains(r.stderr, tc.field+": ") || !strings.Contains(r.stderr, tc.problem) {
-			t.Errorf("spec %s: exit %d, stderr %q; want an error naming %s", tc.spec, r.code, r.stderr, tc.field)
+		if r.Code == 0 || !strings.Contains(r.Stderr, tc.field+": ") || !strings.Contains(r.Stderr, tc.problem) {
+			t.Errorf("spec %s: exit %d, stderr %q; want an error naming %s", tc.spec, r.Code, r.Stderr, tc.field)
 		}
 	}
 	if _, err := s.Campaigns.Status(bg, "bad-"+s.Name); err == nil {
@@ -149,8 +118,8 @@ func TestBadInputIsNamedAndHarmless(t *testing.T) {
 		id := "bad-tcli-" + strconv.Itoa(i) + "-" + s.Name
 		r := runCmd(t, "", tcli, "workflow", "start", "--address", addr, "--type", campaign.WorkflowType,
 			"--task-queue", s.Config.ControlQueue, "--workflow-id", id, "--input", tc.spec)
-		if r.code != 0 {
-			t.Fatalf("temporal workflow start: %s", r.stderr)
+		if r.Code != 0 {
+			t.Fatalf("temporal workflow start: %s", r.Stderr)
 		}
 		s.StartNode("n"+strconv.Itoa(i), 1) // a worker to run it
 		_, err := s.Campaigns.Result(bounded(t, time.Minute), id)
@@ -171,8 +140,8 @@ func TestBadInputIsNamedAndHarmless(t *testing.T) {
 	waitFetched(t, s, id, 5)
 	// Paused from the CLI (so it cannot end while bad signals arrive): the
 	// workflow says paused, and its search attribute too.
-	if r := runCmd(t, "", bin, append([]string{"campaign", "pause", id}, common...)...); r.code != 0 {
-		t.Fatalf("campaign pause: exit %d, stderr %q", r.code, r.stderr)
+	if r := runCmd(t, "", bin, append([]string{"campaign", "pause", id}, common...)...); r.Code != 0 {
+		t.Fatalf("campaign pause: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 	if st, err := s.Campaigns.Status(bg, id); err != nil || st.State != "paused" {
 		t.Fatalf("after pause: state %q, err %v", st.State, err)
@@ -182,23 +151,23 @@ func TestBadInputIsNamedAndHarmless(t *testing.T) {
 		return err == nil && len(list) == 1 && list[0].ID == id
 	})
 	r := runCmd(t, "", bin, append([]string{"campaign", "reweight", id, "ghost", "2"}, common...)...)
-	if r.code == 0 || !strings.Contains(r.stderr, `node: unknown node "ghost"`) {
-		t.Errorf("reweight of an unknown node: exit %d, stderr %q", r.code, r.stderr)
+	if r.Code == 0 || !strings.Contains(r.Stderr, `node: unknown node "ghost"`) {
+		t.Errorf("reweight of an unknown node: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 	r = runCmd(t, "", bin, append(append([]string{"campaign", "reweight"}, common...), id, s.NodeID("n0"), "--", "-3")...)
-	if r.code == 0 || !strings.Contains(r.stderr, "weight: weight must be a finite number >= 0, got -3") {
-		t.Errorf("negative weight: exit %d, stderr %q", r.code, r.stderr)
+	if r.Code == 0 || !strings.Contains(r.Stderr, "weight: weight must be a finite number >= 0, got -3") {
+		t.Errorf("negative weight: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 	r = runCmd(t, "", tcli, "workflow", "signal", "--address", addr, "--workflow-id", id, "--name", campaign.Drain, "--input", `{"node":"ghost"}`)
-	if r.code != 0 {
-		t.Fatalf("temporal workflow signal: %s", r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("temporal workflow signal: %s", r.Stderr)
 	}
 	harness.Eventually(t, time.Minute, "the rejected signal to show in status", func() bool {
 		st, err := s.Campaigns.Status(bg, id)
 		return err == nil && len(st.Rejected) == 1 && strings.Contains(st.Rejected[0], `unknown node "ghost"`)
 	})
-	if r := runCmd(t, "", bin, append([]string{"campaign", "resume", id}, common...)...); r.code != 0 {
-		t.Fatalf("campaign resume: exit %d, stderr %q", r.code, r.stderr)
+	if r := runCmd(t, "", bin, append([]string{"campaign", "resume", id}, common...)...); r.Code != 0 {
+		t.Fatalf("campaign resume: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 	ctx, cancel := context.WithTimeout(bg, 2*time.Minute)
 	defer cancel()
@@ -213,12 +182,12 @@ func TestBadInputIsNamedAndHarmless(t *testing.T) {
 	harness.Eventually(t, time.Minute, "CampaignStatus=Completed in visibility", func() bool {
 		r := runCmd(t, "", tcli, "workflow", "list", "--address", addr, "-o", "json",
 			"--query", fmt.Sprintf(`CampaignStatus="Completed" AND WorkflowId=%q`, id))
-		return r.code == 0 && strings.Contains(r.stdout, id)
+		return r.Code == 0 && strings.Contains(r.Stdout, id)
 	})
 	r = runCmd(t, "", bin, append([]string{"campaign", "list", "--status", "Completed", "--json"}, common...)...)
 	var listed []control.CampaignInfo
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &listed) != nil {
-		t.Fatalf("campaign list: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	if r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &listed) != nil {
+		t.Fatalf("campaign list: exit %d, stdout %q, stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
 	found := false
 	for _, c := range listed {
@@ -230,16 +199,16 @@ func TestBadInputIsNamedAndHarmless(t *testing.T) {
 		}
 	}
 	if !found {
-		t.Errorf("campaign list --status Completed does not list %s: %s", id, r.stdout)
+		t.Errorf("campaign list --status Completed does not list %s: %s", id, r.Stdout)
 	}
 
 	// Export writes one record per fetched page.
 	r = runCmd(t, "", bin, append([]string{"campaign", "export", id}, common...)...)
-	if r.code != 0 {
-		t.Fatalf("campaign export: exit %d, stderr %q", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("campaign export: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 	urls := map[string]bool{}
-	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
 		var rec store.PageRecord
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("export line %q: %v", line, err)
@@ -252,156 +221,4 @@ func TestBadInputIsNamedAndHarmless(t *testing.T) {
 	if int64(len(urls)) != sum.Fetched {
 		t.Errorf("export wrote %d pages, campaign fetched %d", len(urls), sum.Fetched)
 	}
-}
-
-// TestCommandsFailFastWithoutServers is acceptance 7's other half: with
-// Postgres or Temporal out of reach, a command gives up by itself within
-// its connect timeout (5s by default) and says what it tried to reach. Out
-// of reach comes in four kinds, each proving something else:
-//   - refused: a closed port; the error must name the address.
-//   - mute: a listener that accepts TCP and never says a word; proves the
-//     protocol steps (gRPC's handshake, Postgres's startup) are bounded,
-//     not only the TCP connect.
-//   - dropping: a listener whose accept queue is full, so the kernel drops
-//     every SYN; proves the TCP connect itself is bounded, as against a
-//     firewalled host.
-//   - TEST-NET-1 (192.0.2.1): an address no server has. On most networks
-//     its packets vanish (a blackhole); on one that routes it somewhere
-//     (a gateway refusing, a proxy answering nonsense) it proves only that
-//     whatever comes back ends in an error naming the address.
-//
-// The deadline is a bound on the wait, a dozen connect timeouts: a command
-// that hangs is killed there and fails the test; no speed is asserted.
-func TestCommandsFailFastWithoutServers(t *testing.T) {
-	bin := spiderpoolBin(t)
-	closed, err := devstack.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := "127.0.0.1:" + strconv.Itoa(closed)
-	mute := muteListener(t)
-	dropping := droppingListener(t)
-	const blackhole = "192.0.2.1"
-	pg := func(hostport string) string {
-		return "postgres://spiderpool@" + hostport + "/spiderpool?sslmode=disable"
-	}
-	s := harness.NewStack(t) // a live Postgres, to show the Temporal check on its own
-	type tc struct {
-		name  string
-		args  []string
-		wants []string
-	}
-	cases := []tc{
-		{"worker without postgres", []string{"worker", "--node", "x", "--database-url", pg(refused)},
-			[]string{"cannot reach Postgres at " + refused, "from --flag"}},
-		{"worker without temporal", []string{"worker", "--node", "x", "--database-url", s.Config.DatabaseURL, "--temporal-address", refused},
-			[]string{"cannot reach Temporal at " + refused}},
-		{"worker with a mute temporal", []string{"worker", "--node", "x", "--database-url", s.Config.DatabaseURL, "--temporal-address", mute},
-			[]string{"cannot reach Temporal at " + mute, "no answer within 5s (--connect-timeout)"}},
-	}
-	for _, where := range []struct{ kind, addr string }{
-		{"refused", refused}, {"mute", mute}, {"dropping", dropping}, {"TEST-NET", blackhole + ":5432"},
-	} {
-		cases = append(cases, tc{"migrate, postgres " + where.kind, []string{"migrate", "--database-url", pg(where.addr)},
-			[]string{"cannot reach Postgres at " + where.addr}})
-	}
-	for _, where := range []struct{ kind, addr string }{
-		{"refused", refused}, {"mute", mute}, {"dropping", dropping}, {"TEST-NET", blackhole + ":7233"},
-	} {
-		wants := []string{"cannot reach Temporal at " + where.addr, "namespace default"}
-		if where.kind == "mute" || where.kind == "dropping" {
-			wants = append(wants, "no answer within 5s (--connect-timeout)")
-		}
-		cases = append(cases, tc{"status, temporal " + where.kind, []string{"campaign", "status", "any", "--temporal-address", where.addr}, wants})
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel() // each mostly waits out its connect timeout
-			r := runCmdWithin(t, time.Minute, "", bin, c.args...)
-			if r.killed {
-				t.Fatalf("still running after %v: killed; stderr %q", time.Minute, r.stderr)
-			}
-			if r.code == 0 {
-				t.Errorf("exit 0")
-			}
-			for _, w := range c.wants {
-				if !strings.Contains(r.stderr, w) {
-					t.Errorf("stderr %q lacks %q", r.stderr, w)
-				}
-			}
-			// The figure goes in the report.
-			t.Logf("failed in %v: %s", r.took.Round(time.Millisecond), strings.TrimSpace(r.stderr))
-		})
-	}
-}
-
-// muteListener accepts TCP connections on loopback and never writes a byte
-// or closes one until the test ends.
-func muteListener(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return l.Addr().String()
-}
-
-// droppingListener is a loopback port whose SYNs the kernel drops: a
-// socket listening with a backlog of 0 that never accepts, its queue
-// filled by one connection. Linux drops a SYN to a listener whose accept
-// queue is full instead of refusing it, so a connect there hangs as one to
-// a blackholed host does. The probe checks that it does.
-func droppingListener(t *testing.T) string {
-	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Close(fd) })
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Listen(fd, 0); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := syscall.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(sa.(*syscall.SockaddrInet4).Port)
-	filler, err := net.DialTimeout("tcp4", addr, 10*time.Second)
-	if err != nil {
-		t.Fatalf("fill the accept queue of %s: %v", addr, err)
-	}
-	t.Cleanup(func() { filler.Close() })
-	probe, err := net.DialTimeout("tcp4", addr, time.Second)
-	var ne net.Error
-	if err == nil {
-		probe.Close()
-		t.Fatalf("%s accepted a second connection: it does not drop SYNs here, so the test would prove nothing", addr)
-	} else if !errors.As(err, &ne) || !ne.Timeout() {
-		t.Fatalf("probe of %s: %v; want a connect that times out", addr, err)
-	}
-	return addr
 }
