@@ -16,7 +16,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/spiderpool/spiderpool/campaign"
-	"github.com/spiderpool/spiderpool/store"
 )
 
 // Campaigns starts and steers campaign workflows.
@@ -346,11 +345,18 @@ func Watch(ctx context.Context, c *Campaigns, id string, every time.Duration, re
 	}
 }
 
+// FailedURLs re-queues a campaign's failed URLs; *store.Store is one.
+type FailedURLs interface {
+	CampaignKey(ctx context.Context, id string) (int64, error)
+	RetryFailed(ctx context.Context, campaignKey int64) (int, error)
+	CampaignSpec(ctx context.Context, campaignKey int64) (campaign.Spec, error)
+}
+
 // RetryFailed puts the campaign's failed URLs back to pending, attempts
 // reset, and makes sure a run fetches them: the running one, or a new run
 // of the campaign (same ID, its stored spec) if it had finished. It
 // returns how many URLs were re-queued and whether a new run started.
-func (c *Campaigns) RetryFailed(ctx context.Context, st *store.Store, id string) (int, bool, error) {
+func (c *Campaigns) RetryFailed(ctx context.Context, st FailedURLs, id string) (int, bool, error) {
 	key, err := st.CampaignKey(ctx, id)
 	if err != nil {
 		return 0, false, err

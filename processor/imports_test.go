@@ -7,8 +7,8 @@ import (
 )
 
 // TestImportsNoNodeMachinery keeps the user's API light: a processor built
-// on this package links no workflow or activity code and no node wiring
-// (workers, fx). The in-process node lives in package colocate.
+// on this package links no Postgres store, no workflow or activity code
+// and no node wiring (workers, fx). The in-process node lives in package colocate.
 func TestImportsNoNodeMachinery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list")
@@ -23,7 +23,7 @@ func TestImportsNoNodeMachinery(t *testing.T) {
 		t.Fatalf("go list -deps: %v", err)
 	}
 	const module = "github.com/spiderpool/spiderpool/"
-	forbidden := []string{module + "workflows", module + "activities", module + "workers", "go.uber.org/fx"}
+	forbidden := []string{module + "store", module + "workflows", module + "activities", module + "workers", "go.uber.org/fx"}
 	below := func(pkg, root string) bool { return pkg == root || strings.HasPrefix(pkg, root+"/") }
 	for line := range strings.Lines(string(out)) {
 		pkg, imports, _ := strings.Cut(strings.TrimSpace(line), " ")
