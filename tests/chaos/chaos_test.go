@@ -90,9 +90,9 @@ func hostOf(url string) string {
 	return host
 }
 
-// TestKilledNodeLosesNothing is acceptance 1: a node process is killed with
-// SIGKILL mid-crawl; the campaign completes, every page is fetched, at most
-// the killed node's in-flight URLs are fetched again, and its hosts move.
+// TestKilledNodeLosesNothing: a node process is killed with SIGKILL
+// mid-crawl; the campaign completes, every page is fetched, at most the
+// killed node's in-flight URLs are fetched again, and its hosts move.
 func TestKilledNodeLosesNothing(t *testing.T) {
 	w := web(t, 5000)
 	s := harness.NewStack(t)
@@ -156,8 +156,7 @@ func TestKilledNodeLosesNothing(t *testing.T) {
 }
 
 // statusAgreesWithPostgres checks a finished campaign's status against
-// Postgres: pages fetched, overall and by node (issue 11, defect 9: the
-// pages a killed node committed but never reported were missing).
+// Postgres: pages fetched, overall and by node.
 func statusAgreesWithPostgres(t *testing.T, s *harness.Stack, id string) {
 	t.Helper()
 	st, err := s.Campaigns.Status(bg, id)
@@ -195,9 +194,9 @@ func statusAgreesWithPostgres(t *testing.T, s *harness.Stack, id string) {
 	}
 }
 
-// TestNewNodeTakesItsShare is acceptance 2: a fourth node started
-// mid-campaign gets work at the next membership refresh and takes the
-// hosts the ring gives it, about its weight's share.
+// TestNewNodeTakesItsShare: a fourth node started mid-campaign gets work at
+// the next membership refresh and takes the hosts the ring gives it, about
+// its weight's share.
 func TestNewNodeTakesItsShare(t *testing.T) {
 	w := harness.StartWeb(t, synthweb.Config{
 		Hosts: 60, Pages: 6000, LinksPerPage: 6, CrossHostFraction: 0.3, Seed: 17, Latency: 2 * time.Millisecond,
@@ -279,10 +278,10 @@ func TestNewNodeTakesItsShare(t *testing.T) {
 		d.ID, firstBatch.Round(100*time.Millisecond), len(owned), len(w.Hosts()), float64(len(w.Hosts()))/5, sum.PerNode[d.ID])
 }
 
-// TestTemporalRestart is acceptance 3: the Temporal dev server is killed
-// and started again on the same db file mid-crawl; the campaign resumes and
-// completes with nothing lost and no page fetched twice.
-func TestTemporalRestart(t *testing.T) {
+// TestTemporalRestartLosesAndRepeatsNoPage: the Temporal dev server is
+// killed and started again on the same db file mid-crawl; the campaign
+// resumes and completes with nothing lost and no page fetched twice.
+func TestTemporalRestartLosesAndRepeatsNoPage(t *testing.T) {
 	w := web(t, 5000)
 	s := harness.NewStack(t)
 	s.StartNode("a", 1)
@@ -341,13 +340,13 @@ func keys(m map[string]int) []string {
 	return out
 }
 
-// TestPostgresRestart keeps Postgres down for postgresOutage. By
-// outageRamp the workflow's control calls wait their longest between
-// tries (controlRetryMax in package workflows: a minute, after waits of
-// 1, 2, 4, 8, 16 and 32 seconds); from then on each try costs at most
-// eventsPerTry: the retry timer (started, fired), its workflow task, and
-// a marker for each kind of control call (lease, membership, release,
-// ring-change write).
+// TestPostgresOutageLosesNothingAndBoundsHistory keeps Postgres down for
+// postgresOutage. By outageRamp the workflow's control calls wait their
+// longest between tries (controlRetryMax in package workflows: a minute,
+// after waits of 1, 2, 4, 8, 16 and 32 seconds); from then on each try
+// costs at most eventsPerTry: the retry timer (started, fired), its
+// workflow task, and a marker for each kind of control call (lease,
+// membership, release, ring-change write).
 const (
 	postgresOutage = 5 * time.Minute
 	outageRamp     = 65 * time.Second
@@ -364,13 +363,13 @@ func rampEvents(nodes, window int) int64 { return 6*eventsPerTry + int64(nodes*w
 // wait retryEvery: one a retryEvery, and one more at its edge.
 func triesIn(d time.Duration) int64 { return int64(math.Ceil(d.Seconds()/retryEvery.Seconds())) + 1 }
 
-// TestPostgresRestart is acceptance 4: Postgres goes down mid-crawl for
-// postgresOutage and comes back. Activities fail, the workflow holds its
-// control calls back, and the campaign completes with nothing lost. The
-// outage adds a bounded number of events to the campaign's history (a
-// try a minute once the backoff has grown), and no page is fetched twice
-// unless it was leased when Postgres went down.
-func TestPostgresRestart(t *testing.T) {
+// TestPostgresOutageLosesNothingAndBoundsHistory: Postgres goes down
+// mid-crawl for postgresOutage and comes back. Activities fail, the
+// workflow holds its control calls back, and the campaign completes with
+// nothing lost. The outage adds a bounded number of events to the
+// campaign's history (a try a minute once the backoff has grown), and no
+// page is fetched twice unless it was leased when Postgres went down.
+func TestPostgresOutageLosesNothingAndBoundsHistory(t *testing.T) {
 	cluster := harness.Cluster(t)
 	if cluster == nil {
 		t.Fatal("DATABASE_URL points at a server this test cannot stop; unset it to run the chaos tests")
@@ -478,9 +477,9 @@ func historyEvents(t *testing.T, s *harness.Stack, id string) int64 {
 	return n
 }
 
-// TestDrainThenStop is acceptance 5: after a drain the node's batches in
-// flight finish, it gets no more, status shows it drained, and stopping it
-// then fetches nothing twice.
+// TestDrainThenStop: after a drain the node's batches in flight finish, it
+// gets no more, status shows it drained, and stopping it then fetches
+// nothing twice.
 func TestDrainThenStop(t *testing.T) {
 	w := web(t, 5000)
 	s := harness.NewStack(t)

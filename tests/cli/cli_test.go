@@ -363,9 +363,10 @@ func TestUnknownNodeNamesRegisteredNodes(t *testing.T) {
 	expect(t, s.cli(t, "", "campaign", "drain", id, "ghost"), exitNotFound, `node: unknown node "ghost" (registered live nodes: `)
 }
 
-// TestVersion: the linker's stamp (make build's -ldflags) is printed as
-// given; without one, the commit comes from Go's VCS stamp.
-func TestVersion(t *testing.T) {
+// TestVersionPrintsLinkerStampOrVCSCommit: the linker's stamp (make build's
+// -ldflags) is printed as given; without one, the commit comes from Go's
+// VCS stamp.
+func TestVersionPrintsLinkerStampOrVCSCommit(t *testing.T) {
 	root, err := devstack.RepoRoot()
 	if err != nil {
 		t.Fatal(err)

@@ -13,11 +13,11 @@ import (
 	"github.com/spiderpool/spiderpool/tests/synthweb"
 )
 
-// TestAddURLsToARunningCampaign is issue 15's acceptance 1: 500 URLs
-// added to a running campaign, through the CLI from a file: 300 new (a
-// second site nothing links to), 100 the campaign knows already, 100 on a
-// host out of scope. Each is reported as what it is, and every new one is
-// fetched exactly once. The Temporal CLI adds through the same update.
+// TestAddURLsToARunningCampaign: 500 URLs added to a running campaign,
+// through the CLI from a file: 300 new (a second site nothing links to),
+// 100 the campaign knows already, 100 on a host out of scope. Each is
+// reported as what it is, and every new one is fetched exactly once. The
+// Temporal CLI adds through the same update.
 func TestAddURLsToARunningCampaign(t *testing.T) {
 	crawled := harness.StartWeb(t, synthweb.Config{Hosts: 1, Pages: 2000, LinksPerPage: 2, Seed: 15})
 	unlinked := harness.StartWeb(t, synthweb.Config{Hosts: 1, Pages: 300, LinksPerPage: 2, Seed: 16})
@@ -107,13 +107,12 @@ func TestAddURLsToARunningCampaign(t *testing.T) {
 	}
 }
 
-// TestAddedURLsWithPriorityGoFirst is issue 15's acceptance 2: on a
-// politeness-bound site, URLs added with priority 10 mid-campaign are
-// fetched before every URL of the host that was pending when they were
-// added (at the same depth, and found before them), in the order the
-// site's access log saw the requests. The campaign
-// is paused while they are added, so that "pending then" is exact: no URL
-// is leased at that moment.
+// TestAddedURLsWithPriorityGoFirst: on a politeness-bound site, URLs added
+// with priority 10 mid-campaign are fetched before every URL of the host
+// that was pending when they were added (at the same depth, and found
+// before them), in the order the site's access log saw the requests. The
+// campaign is paused while they are added, so that "pending then" is exact:
+// no URL is leased at that moment.
 func TestAddedURLsWithPriorityGoFirst(t *testing.T) {
 	web := harness.StartWeb(t, synthweb.Config{Hosts: 1, Pages: 800, Seed: 17})
 	s := harness.NewStack(t)

@@ -99,8 +99,8 @@ func head(s []string) []string {
 	return s
 }
 
-// TestCrawlFetchesEveryPageExactlyOnce is acceptance 3 of the foundation:
-// 3,000 pages over 24 hosts, three nodes weighted 1, 1, 2.
+// TestCrawlFetchesEveryPageExactlyOnce: 3,000 pages over 24 hosts, three
+// nodes weighted 1, 1, 2.
 func TestCrawlFetchesEveryPageExactlyOnce(t *testing.T) {
 	web := harness.StartWeb(t, synthweb.Config{
 		Hosts: 24, Pages: 3000, LinksPerPage: 8, CrossHostFraction: 0.3, Seed: 7,

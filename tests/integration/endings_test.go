@@ -10,11 +10,11 @@ import (
 	"github.com/spiderpool/spiderpool/tests/synthweb"
 )
 
-// TestRobotsUnreachableForeverEnds is issue 11, defect 7: a host whose
-// robots.txt answers 503 for ever used to keep its URLs pending for ever,
-// and its campaign running. Once the file has been unreachable for the
-// campaign's robots_ttl, the host's URLs end failed with the reason, no
-// page of the host having been requested, and the campaign completes.
+// TestRobotsUnreachableForeverEnds: a host whose robots.txt answers 503 for
+// ever used to keep its URLs pending for ever, and its campaign running.
+// Once the file has been unreachable for the campaign's robots_ttl, the
+// host's URLs end failed with the reason, no page of the host having been
+// requested, and the campaign completes.
 func TestRobotsUnreachableForeverEnds(t *testing.T) {
 	web := harness.StartWeb(t, synthweb.Config{
 		Hosts: 3, Pages: 3 * 10, LinksPerPage: 3, CrossHostFraction: 0.5, Seed: 11,

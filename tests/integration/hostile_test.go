@@ -120,9 +120,9 @@ func traps() map[string]http.HandlerFunc {
 	}
 }
 
-// TestTrapsEndWithReasons is acceptance 3: a web of traps is crawled to
-// the end, each trap ending failed or excluded with its reason, while the
-// node processes stay small.
+// TestTrapsEndWithReasons: a web of traps is crawled to the end, each trap
+// ending failed or excluded with its reason, while the node processes stay
+// small.
 func TestTrapsEndWithReasons(t *testing.T) {
 	links := []string{"/calendar?m=0", "/loop/a", "/chain/1", "/big", "/bomb", "/slow", "/many", "/rep/x/", "/utf8"}
 	web := harness.StartWeb(t, synthweb.Config{
@@ -217,9 +217,9 @@ func listenCounting(t *testing.T, network, addr string) *acceptCounter {
 	return c
 }
 
-// TestPrivateAddressesRefused is acceptance 4: with the default setting, a
-// seed or a redirect to loopback, private or link-local addresses is
-// refused before any connection is made.
+// TestPrivateAddressesRefused: with the default setting, a seed or a
+// redirect to loopback, private or link-local addresses is refused before
+// any connection is made.
 func TestPrivateAddressesRefused(t *testing.T) {
 	v4 := listenCounting(t, "tcp4", "127.0.0.1:0")
 	v6 := listenCounting(t, "tcp6", "[::1]:0")
@@ -281,11 +281,11 @@ func TestPrivateAddressesRefused(t *testing.T) {
 	t.Logf("summary: %d fetched, %d failed; loopback listeners accepted %d connections", sum.Fetched, sum.Failed, v4.accepted.Load())
 }
 
-// TestRetriesAndRetryFailed is acceptance 5: 503s that clear after two
-// attempts end fetched, a 404 ends failed after one attempt, and
+// TestRetriesClearTransientErrorsAndRetryFailedRequeues: 503s that clear
+// after two attempts end fetched, a 404 ends failed after one attempt, and
 // `spiderpool campaign retry-failed` re-queues them so the next run fetches
 // what now works.
-func TestRetriesAndRetryFailed(t *testing.T) {
+func TestRetriesClearTransientErrorsAndRetryFailedRequeues(t *testing.T) {
 	web := harness.StartWeb(t, synthweb.Config{
 		Hosts: 3, Pages: 90, LinksPerPage: 3, CrossHostFraction: 0.4, Seed: 13,
 		TransientFraction: 0.08, TransientAttempts: 2, DeadLinkFraction: 0.15,

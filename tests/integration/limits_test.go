@@ -9,14 +9,14 @@ import (
 	"github.com/spiderpool/spiderpool/tests/synthweb"
 )
 
-// TestMaxPagesWaitsForRetriesAndLeavesNothingLeased is issue 11's defect 6:
-// with max_pages spent while some of its URLs wait in retry backoff (their
-// pages answer 503 twice), the campaign waits for them rather than ending
-// early, fetches exactly max_pages URLs, and ends with no URL leased or
-// pending: the rest are excluded at the limit. A third of the pages
-// answer 503 twice, so many admitted URLs wait in backoff when the budget
-// is spent (with fewer, the faults did not show); the host back-off that
-// so many 503s cause makes it take about two minutes.
+// TestMaxPagesWaitsForRetriesAndLeavesNothingLeased: with max_pages spent
+// while some of its URLs wait in retry backoff (their pages answer 503
+// twice), the campaign waits for them rather than ending early, fetches
+// exactly max_pages URLs, and ends with no URL leased or pending: the rest
+// are excluded at the limit. A third of the pages answer 503 twice, so many
+// admitted URLs wait in backoff when the budget is spent (with fewer, the
+// faults did not show); the host back-off that so many 503s cause makes it
+// take about two minutes.
 func TestMaxPagesWaitsForRetriesAndLeavesNothingLeased(t *testing.T) {
 	const maxPages = 60
 	web := harness.StartWeb(t, synthweb.Config{Hosts: 3, Pages: 300, LinksPerPage: 3, Seed: 61,

@@ -75,11 +75,11 @@ func archivedStatus(t *testing.T, uri string, wr gowarc.WarcRecord) int {
 	return 0
 }
 
-// TestWARCAndMetrics is issue 6's acceptance 2 and 3: two nodes crawl
-// with WARC output and /metrics on; mid-crawl the metrics show crawl and
+// TestWARCHoldsEveryPageOnceAndMetricsMoveMidCrawl: two nodes crawl with
+// WARC output and /metrics on; mid-crawl the metrics show crawl and
 // Temporal SDK counters moving; at the end the WARC files, read back and
 // validated by the WARC library, hold every fetched page exactly once.
-func TestWARCAndMetrics(t *testing.T) {
+func TestWARCHoldsEveryPageOnceAndMetricsMoveMidCrawl(t *testing.T) {
 	web := harness.StartWeb(t, synthweb.Config{
 		Hosts: 8, Pages: 800, LinksPerPage: 6, CrossHostFraction: 0.3, Seed: 11,
 		DeadLinkFraction: 0.02, TransientFraction: 0.03, TransientAttempts: 1,

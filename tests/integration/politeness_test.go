@@ -30,10 +30,9 @@ func gaps(log []synthweb.Request) []time.Duration {
 	return out
 }
 
-// TestCrawlDelayHoldsAcrossNodesAndReweight is acceptance 1 of the
-// politeness issue: a host with Crawl-delay: 1 is crawled by three nodes
-// and moved to another node mid-crawl by a reweight; no two requests to it
-// come closer than a second, by the server's clock.
+// TestCrawlDelayHoldsAcrossNodesAndReweight: a host with Crawl-delay: 1 is
+// crawled by three nodes and moved to another node mid-crawl by a reweight;
+// no two requests to it come closer than a second, by the server's clock.
 func TestCrawlDelayHoldsAcrossNodesAndReweight(t *testing.T) {
 	web := harness.StartWeb(t, synthweb.Config{
 		Hosts: 6, Pages: 6 * 14, LinksPerPage: 3, CrossHostFraction: 0.3, Seed: 21,
@@ -83,10 +82,10 @@ func TestCrawlDelayHoldsAcrossNodesAndReweight(t *testing.T) {
 	}
 }
 
-// TestRobotsAndBackoff is acceptance 2: disallowed paths are never
+// TestRobotsAndRetryAfterHoldRequestsBack: disallowed paths are never
 // requested, a host whose robots.txt answers 500 is not crawled until it
 // recovers, and a 429 with Retry-After: 2 pauses its host at least 2s.
-func TestRobotsAndBackoff(t *testing.T) {
+func TestRobotsAndRetryAfterHoldRequestsBack(t *testing.T) {
 	var (
 		mu          sync.Mutex
 		robots500   = 3 // the first robots.txt requests of host 2 fail

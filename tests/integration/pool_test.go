@@ -30,13 +30,13 @@ func poolCrawl(t *testing.T, name string, start func(*harness.Stack)) (harness.H
 	return harness.CampaignHistoryCost(t, s.Client, id), sum.Fetched
 }
 
-// TestControlPlaneCostDoesNotGrowWithThePool (issue 30): the same polite
-// campaign on 50 node identities in one process (worker --replicas 50)
-// costs the campaign's Temporal histories, per page, what it costs on 3
-// nodes, within half again: history events, activities and local
-// activities. Before pool runs, a lease cut each node its hosts' share,
-// so 50 nodes meant many more, smaller batches, each an activity and
-// about 7 events. Counts, not timings.
+// TestControlPlaneCostDoesNotGrowWithThePool: the same polite campaign on
+// 50 node identities in one process (worker --replicas 50) costs the
+// campaign's Temporal histories, per page, what it costs on 3 nodes, within
+// half again: history events, activities and local activities. Before pool
+// runs, a lease cut each node its hosts' share, so 50 nodes meant many
+// more, smaller batches, each an activity and about 7 events. Counts, not
+// timings.
 func TestControlPlaneCostDoesNotGrowWithThePool(t *testing.T) {
 	three, pages3 := poolCrawl(t, "three", func(s *harness.Stack) {
 		s.StartNode("a", 1)

@@ -14,12 +14,12 @@ import (
 	"github.com/spiderpool/spiderpool/tests/synthweb"
 )
 
-// TestScheduledRecrawlDownloadsOnlyWhatChanged is issue 15's acceptance 3.
-// A Temporal schedule runs a campaign twice over a synthetic web; between
-// the runs 10% of its pages change and 2% are removed (410 Gone). The
-// second run asks for every page conditionally: the unchanged ones answer
-// 304 and send no body, only the changed ones are downloaded, the removed
-// ones are recorded gone, and it moves under 0.3x the first run's bytes.
+// TestScheduledRecrawlDownloadsOnlyWhatChanged: a Temporal schedule runs a
+// campaign twice over a synthetic web; between the runs 10% of its pages
+// change and 2% are removed (410 Gone). The second run asks for every page
+// conditionally: the unchanged ones answer 304 and send no body, only the
+// changed ones are downloaded, the removed ones are recorded gone, and it
+// moves under 0.3x the first run's bytes.
 func TestScheduledRecrawlDownloadsOnlyWhatChanged(t *testing.T) {
 	web := harness.StartWeb(t, synthweb.Config{Hosts: 4, Pages: 400, LinksPerPage: 4, Seed: 15, PageBytes: 4 << 10, PlainLinks: true})
 	s := harness.NewStack(t)

@@ -97,10 +97,10 @@ func waitFetched(t *testing.T, s *harness.Stack, id string, n int64) campaign.St
 	return st
 }
 
-// TestReweightAndDrainMidCampaign is acceptance 4 of the foundation: a
-// reweight and a drain sent mid-campaign change which node fetches which
-// hosts, the drained node gets no batch after the drain, nothing is lost,
-// and every change has a node_weight_history row.
+// TestReweightAndDrainMidCampaign: a reweight and a drain sent mid-campaign
+// change which node fetches which hosts, the drained node gets no batch
+// after the drain, nothing is lost, and every change has a
+// node_weight_history row.
 func TestReweightAndDrainMidCampaign(t *testing.T) {
 	web := harness.StartWeb(t, synthweb.Config{
 		Hosts: 24, Pages: 4000, LinksPerPage: 6, CrossHostFraction: 0.3, Seed: 11, Latency: 2 * time.Millisecond,

@@ -35,12 +35,12 @@ func exportByPath(t *testing.T, s *harness.Stack, id, host string) map[string]st
 	return out
 }
 
-// TestRobotsTxtAndQueryOrderAsLinked is issue 12's acceptance 3: a host
-// whose robots.txt has a byte-order mark, CRLF line endings, a Crawl-delay
-// of -1 and a rule on a query. Its disallowed URLs are never requested, and
-// its pages are requested with the query in the order they were linked,
-// not in the fingerprint's sorted order. Under v0.1.0 the bad Crawl-delay
-// made the whole file allow-all, and "/std/q?b=1&a=2" was requested as
+// TestRobotsTxtAndQueryOrderAsLinked: a host whose robots.txt has a
+// byte-order mark, CRLF line endings, a Crawl-delay of -1 and a rule on a
+// query. Its disallowed URLs are never requested, and its pages are
+// requested with the query in the order they were linked, not in the
+// fingerprint's sorted order. Under v0.1.0 the bad Crawl-delay made the
+// whole file allow-all, and "/std/q?b=1&a=2" was requested as
 // "/std/q?a=2&b=1", which "Disallow: /std/q?b=" does not cover.
 func TestRobotsTxtAndQueryOrderAsLinked(t *testing.T) {
 	web := standardsWeb(t)
@@ -82,15 +82,15 @@ func TestRobotsTxtAndQueryOrderAsLinked(t *testing.T) {
 	t.Logf("%d requests to the host; summary %+v", len(web.Log(host)), sum)
 }
 
-// TestPageRobotsAndCharsets is issue 12's acceptance 4: pages whose meta
-// robots or X-Robots-Tag say nofollow yield no links; pages in
-// windows-1251 (charset in the header), Shift_JIS (in a meta tag), and
-// ISO-8859-1, Shift_JIS and windows-1251 declared nowhere export their
-// titles as correct UTF-8, and a link in the windows-1251 page with a Cyrillic query is requested with the query
-// in windows-1251, as browsers send it. Noindex and noarchive, the
-// canonical link and <base href> are recorded and honoured. A Location
-// that is neither a URL nor UTF-8 is recorded, not left to fail its
-// batch's commit for ever.
+// TestPageRobotsAndCharsets: pages whose meta robots or X-Robots-Tag say
+// nofollow yield no links; pages in windows-1251 (charset in the header),
+// Shift_JIS (in a meta tag), and ISO-8859-1, Shift_JIS and windows-1251
+// declared nowhere export their titles as correct UTF-8, and a link in the
+// windows-1251 page with a Cyrillic query is requested with the query in
+// windows-1251, as browsers send it. Noindex and noarchive, the canonical
+// link and <base href> are recorded and honoured. A Location that is
+// neither a URL nor UTF-8 is recorded, not left to fail its batch's commit
+// for ever.
 func TestPageRobotsAndCharsets(t *testing.T) {
 	web := standardsWeb(t)
 	host := web.Hosts()[0]

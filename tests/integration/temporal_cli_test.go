@@ -39,9 +39,9 @@ func temporalCLI(t *testing.T) string {
 	return bin
 }
 
-// TestTemporalCLIStartsCampaignWithDefaults is acceptance 6: the Temporal
-// CLI starts a working campaign from seeds alone, and the status query
-// answers through it too.
+// TestTemporalCLIStartsCampaignWithDefaults: the Temporal CLI starts a
+// working campaign from seeds alone, and the status query answers through
+// it too.
 func TestTemporalCLIStartsCampaignWithDefaults(t *testing.T) {
 	web := harness.StartWeb(t, synthweb.Config{Hosts: 4, Pages: 200, LinksPerPage: 4, CrossHostFraction: 0.3, Seed: 3})
 	s := harness.NewStack(t)
@@ -84,9 +84,10 @@ func TestTemporalCLIStartsCampaignWithDefaults(t *testing.T) {
 		sum.Fetched, answer.QueryResult[0].Run, answer.QueryResult[0].State)
 }
 
-// TestBadInputIsNamedAndHarmless is acceptance 7: bad specs and signals
-// get errors naming the field, a running campaign is unharmed, and without
-// Postgres or Temporal commands fail fast saying which and where.
+// TestBadInputIsNamedAndHarmless: bad specs and signals, from our CLI and
+// Temporal's, get errors naming the field, and a running campaign is
+// unharmed. (How commands fail without Postgres or Temporal is tests/cli's
+// TestCommandsFailFastWithoutServers.)
 func TestBadInputIsNamedAndHarmless(t *testing.T) {
 	bin := harness.Binary(t)
 	s := harness.NewStack(t)

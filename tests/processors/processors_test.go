@@ -133,9 +133,9 @@ func processorStatus(t *testing.T, s *harness.Stack, id string) map[string]store
 	return st
 }
 
-// TestGoProcessorItemsEqualTheShop: acceptance 1 of issue 13. A 2,000
-// page shop crawled with the Go example processor (its own process): the
-// exported items are the shop's products, none missing, none twice.
+// TestGoProcessorItemsEqualTheShop: a 2,000 page shop crawled with the Go
+// example processor (its own process): the exported items are the shop's
+// products, none missing, none twice.
 func TestGoProcessorItemsEqualTheShop(t *testing.T) {
 	s := harness.NewStack(t)
 	serving := func(c *config.Config) { c.Node.BodiesAddr = "127.0.0.1:0" }
@@ -186,9 +186,9 @@ func TestGoProcessorItemsEqualTheShop(t *testing.T) {
 	t.Logf("%d pages, %d items, %d batches", sum.Fetched, st.Items, campaignStatus(t, s, "shop-go").Batches)
 }
 
-// TestFailingProcessorFailsItsPagesAndTheCampaignCompletes: acceptance 4.
-// A processor that always throws: once its retry policy runs out, its
-// pages end failed with the error, and the campaign completes.
+// TestFailingProcessorFailsItsPagesAndTheCampaignCompletes: a processor
+// that always throws: once its retry policy runs out, its pages end failed
+// with the error, and the campaign completes.
 func TestFailingProcessorFailsItsPagesAndTheCampaignCompletes(t *testing.T) {
 	s := harness.NewStack(t)
 	s.StartNode("a", 1)
@@ -264,11 +264,11 @@ func campaignStatus(t *testing.T, s *harness.Stack, id string) campaign.Processo
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
-// TestProcessorAndFeedingNodeKilled: acceptance 2. kill -9 the processor's
-// worker mid-campaign (another starts after it), and then a node that
-// fetches the pages it gets. The campaign completes, and the items are
-// still exactly the shop's products.
-func TestProcessorAndFeedingNodeKilled(t *testing.T) {
+// TestKilledProcessorAndNodeLoseNoItem: kill -9 the processor's worker
+// mid-campaign (another starts after it), and then a node that fetches the
+// pages it gets. The campaign completes, and the items are still exactly
+// the shop's products.
+func TestKilledProcessorAndNodeLoseNoItem(t *testing.T) {
 	s := harness.NewStack(t)
 	// Both nodes serve batches and bodies, which go by reference: the
 	// dead node's references fail over to the live one.
@@ -574,9 +574,9 @@ func startedActivities(t *testing.T, s *harness.Stack, id, activity string) int 
 	return n
 }
 
-// TestTypeScriptProcessorMatchesGo: acceptance 3. The shop example's
-// processor written in TypeScript (examples/shop-ts, the Temporal
-// TypeScript SDK from npm) produces the same items on the same shop.
+// TestTypeScriptProcessorMatchesGo: the shop example's processor written in
+// TypeScript (examples/shop-ts, the Temporal TypeScript SDK from npm)
+// produces the same items on the same shop.
 func TestTypeScriptProcessorMatchesGo(t *testing.T) {
 	dir := filepath.Join(repoRoot(t), "examples", "shop-ts")
 	npm := func(args ...string) time.Duration {
@@ -731,11 +731,10 @@ func failedTasks(t *testing.T, s *harness.Stack, id, run string) []string {
 	return failed
 }
 
-// TestTerminatedBatchChildLosesNoPages: issue 31, item 11. A ProcessBatch
-// child terminated in the middle of its batch (as from the Web UI) leaves
-// no page stranded: its batch's pages go back to pending, the processor
-// is not done while they wait, and every page is processed before the
-// campaign completes.
+// TestTerminatedBatchChildLosesNoPages: a ProcessBatch child terminated in
+// the middle of its batch (as from the Web UI) leaves no page stranded: its
+// batch's pages go back to pending, the processor is not done while they
+// wait, and every page is processed before the campaign completes.
 func TestTerminatedBatchChildLosesNoPages(t *testing.T) {
 	s := harness.NewStack(t)
 	s.StartNode("a", 1)
@@ -805,11 +804,11 @@ func TestTerminatedBatchChildLosesNoPages(t *testing.T) {
 	}
 }
 
-// TestCancelledCampaignKeepsNoBodyAndLosesNoPage: issue 31, item 4. A
-// campaign cancelled while its processor is down, every page fetched and
-// waiting for it (in chunks, and in batches out), keeps no body once it
-// ends; started again under its ID with the processor up, it fetches the
-// pages again and the processor gets every page exactly once.
+// TestCancelledCampaignKeepsNoBodyAndLosesNoPage: a campaign cancelled
+// while its processor is down, every page fetched and waiting for it (in
+// chunks, and in batches out), keeps no body once it ends; started again
+// under its ID with the processor up, it fetches the pages again and the
+// processor gets every page exactly once.
 func TestCancelledCampaignKeepsNoBodyAndLosesNoPage(t *testing.T) {
 	s := harness.NewStack(t)
 	s.StartNode("a", 1)

@@ -182,10 +182,11 @@ func TestUnchangedWebServesTheSameBytes(t *testing.T) {
 	}
 }
 
-// TestConditionalGet: a page names its version in a strong ETag and
-// Last-Modified; If-None-Match (list, weak or *) wins over
-// If-Modified-Since, which answers 304 at or after Last-Modified.
-func TestConditionalGet(t *testing.T) {
+// TestConditionalGetAnswers304ForTheCurrentVersion: a page names its
+// version in a strong ETag and Last-Modified; If-None-Match (list, weak or
+// *) wins over If-Modified-Since, which answers 304 at or after
+// Last-Modified.
+func TestConditionalGetAnswers304ForTheCurrentVersion(t *testing.T) {
 	w := start(t, Config{Hosts: 2, Pages: 10, Seed: 1})
 	u := w.URL(1, 3)
 	first := fetch(t, http.MethodGet, u)

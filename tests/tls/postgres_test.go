@@ -75,7 +75,7 @@ func pgURL(host string, pg *devstack.Postgres, mode, caFile string) string {
 // sslrootcert): the store connects over TLS to a server whose certificate
 // its CA signed, and refuses one it did not, or one for another host,
 // with errors that say so and where.
-func TestPostgresVerifyFull(t *testing.T) {
+func TestPostgresVerifyFullRefusesWrongCAOrHost(t *testing.T) {
 	ca := newAuthority(t, "postgres-test")
 	pg := tlsPostgres(t, ca)
 	ctx, cancel := context.WithTimeout(bg, time.Minute)
@@ -118,7 +118,7 @@ func TestPostgresVerifyFull(t *testing.T) {
 
 // `spiderpool migrate` takes the same DATABASE_URL: it migrates over TLS,
 // and a wrong CA ends it with an error naming the server.
-func TestMigrateOverTLS(t *testing.T) {
+func TestMigrateRunsOverTLSAndRefusesAWrongCA(t *testing.T) {
 	ca := newAuthority(t, "postgres-test")
 	pg := tlsPostgres(t, ca)
 	bin := harness.Binary(t)

@@ -73,13 +73,13 @@ func (w tlsWorld) secured(cfg config.Config, apiKey string) config.Config {
 	return cfg
 }
 
-// Acceptance 1 of issue 16: a campaign runs through a TLS endpoint that
-// demands a client certificate and an API key. The client that starts it
-// and both nodes reach Temporal only through the gateway: node a in
-// process, configured in code; node b as `spiderpool worker`, its CA from
-// TEMPORAL_TLS_SERVER_CA_CERT_PATH, its certificate, key and API key from
-// a temporal CLI profile, its address from --temporal-address. The
-// gateway's record shows each API key as the SDK sent it.
+// A campaign runs through a TLS endpoint that demands a client certificate
+// and an API key. The client that starts it and both nodes reach Temporal
+// only through the gateway: node a in process, configured in code; node b
+// as `spiderpool worker`, its CA from TEMPORAL_TLS_SERVER_CA_CERT_PATH, its
+// certificate, key and API key from a temporal CLI profile, its address
+// from --temporal-address. The gateway's record shows each API key as the
+// SDK sent it.
 func TestCampaignThroughMutualTLSWithAPIKeys(t *testing.T) {
 	w := newTLSWorld(t)
 	web := harness.StartWeb(t, synthweb.Config{Hosts: 8, Pages: 240, LinksPerPage: 4, CrossHostFraction: 0.3, Seed: 16})
@@ -207,7 +207,7 @@ func TestMissingClientCertificateOrAPIKeyIsNamed(t *testing.T) {
 // The CLI takes the same settings from flags and says the same thing: a
 // wrong CA given as --temporal-tls-ca-path is refused, naming TLS, the
 // address and the flag.
-func TestCLIWrongCA(t *testing.T) {
+func TestCLIRefusesAWrongCANamingTheFlag(t *testing.T) {
 	w := newTLSWorld(t)
 	other := newAuthority(t, "some-other-ca")
 	cmd := exec.Command(harness.Binary(t), "campaign", "status", "any",

@@ -1,7 +1,7 @@
-// Package warc holds issue 14's acceptance tests: a crawl of a synthetic
-// site, with the whole stack, whose WARC files are read back by an
-// independent reader (webrecorder's warcio.js, installed with npm) and held
-// against the bytes the site's server wrote on its connections.
+// Package warc tests archiving end to end: a crawl of a synthetic site,
+// with the whole stack, whose WARC files are read back by an independent
+// reader (webrecorder's warcio.js, installed with npm) and held against the
+// bytes the site's server wrote on its connections.
 package warc
 
 import (
@@ -36,9 +36,9 @@ func html(title string, links ...string) string {
 	return b.String()
 }
 
-// exchangeSite serves what issue 14 asks to see archived faithfully: a
-// gzip-encoded page, a chunked page, two URLs with the same bytes, a 404,
-// a page past the body cap, and robots.txt naming a sitemap.
+// exchangeSite serves what an archive must hold faithfully: a gzip-encoded
+// page, a chunked page, two URLs with the same bytes, a 404, a page past
+// the body cap, and robots.txt naming a sitemap.
 func exchangeSite(host *string) http.Handler {
 	mux := http.NewServeMux()
 	page := func(path, body string) {
@@ -87,13 +87,12 @@ func exchangeSite(host *string) http.Handler {
 	return mux
 }
 
-// TestArchivedBytesAreTheBytesSent is issue 14's acceptance 1 and 2: every
-// record of a crawl's WARC files is read back by warcio.js; for every
-// response record the archived HTTP bytes equal the bytes the server
-// wrote, a gzip-encoded and a chunked response included, and digests
-// verify; two URLs serving the same bytes give one response and one
-// revisit; robots.txt and the sitemap are archived, and a warcinfo record
-// names the software and the campaign's spec.
+// TestArchivedBytesAreTheBytesSent: every record of a crawl's WARC files is
+// read back by warcio.js; for every response record the archived HTTP bytes
+// equal the bytes the server wrote, a gzip-encoded and a chunked response
+// included, and digests verify; two URLs serving the same bytes give one
+// response and one revisit; robots.txt and the sitemap are archived, and a
+// warcinfo record names the software and the campaign's spec.
 func TestArchivedBytesAreTheBytesSent(t *testing.T) {
 	start := time.Now()
 	var host string

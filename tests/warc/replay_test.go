@@ -76,11 +76,11 @@ type replayed struct {
 	Console []string `json:"console"`
 }
 
-// TestWACZReplaysInABrowser is issue 14's acceptance 4, for real: the WACZ
-// of a crawl with requisites, opened by ReplayWeb.page in headless
-// Chromium with the site itself gone, shows the page with its images
-// decoded at their sizes, its @imported stylesheet applied, and every
-// resource it loaded answered from the archive.
+// TestWACZReplaysInABrowser, for real: the WACZ of a crawl with requisites,
+// opened by ReplayWeb.page in headless Chromium with the site itself gone,
+// shows the page with its images decoded at their sizes, its @imported
+// stylesheet applied, and every resource it loaded answered from the
+// archive.
 func TestWACZReplaysInABrowser(t *testing.T) {
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {

@@ -96,11 +96,11 @@ body { background: url(../img/bg.png) }
 	}}
 }
 
-// TestRequisitesArchivedOnceApartFromPages is issue 14's acceptance 3:
-// with scope.requisites on, every requisite of a site whose pages use
-// images (src, srcset, picture), CSS (url(), @import, fonts), scripts and
-// inline styles is fetched and archived exactly once, counted apart from
-// pages; robots.txt holds for them, and nothing outside scope is asked for.
+// TestRequisitesArchivedOnceApartFromPages: with scope.requisites on, every
+// requisite of a site whose pages use images (src, srcset, picture), CSS
+// (url(), @import, fonts), scripts and inline styles is fetched and
+// archived exactly once, counted apart from pages; robots.txt holds for
+// them, and nothing outside scope is asked for.
 func TestRequisitesArchivedOnceApartFromPages(t *testing.T) {
 	outside := &countingSite{hits: map[string]int{}, files: map[string]file{}}
 	otherSrv := startWireServer(t, outside)

@@ -66,12 +66,12 @@ func parseCDXJ(t *testing.T, data []byte) []cdxjLine {
 	return out
 }
 
-// TestWACZOfACrawlValidates is issue 14's acceptance 4 (the package, not
-// the replay): `campaign export --format wacz` of a crawl with requisites
-// gives a WACZ whose datapackage.json digests match its files, whose CDXJ
-// resolves every page of pages.jsonl to the page's response record, and
-// whose WARC files warcio.js reads with every digest verifying; `--format
-// cdxj` gives the same index.
+// TestWACZOfACrawlValidates (the package, not the replay): `campaign export
+// --format wacz` of a crawl with requisites gives a WACZ whose
+// datapackage.json digests match its files, whose CDXJ resolves every page
+// of pages.jsonl to the page's response record, and whose WARC files
+// warcio.js reads with every digest verifying; `--format cdxj` gives the
+// same index.
 func TestWACZOfACrawlValidates(t *testing.T) {
 	outside := &countingSite{hits: map[string]int{}, files: map[string]file{}}
 	otherSrv := startWireServer(t, outside)
