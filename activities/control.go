@@ -1,7 +1,9 @@
-// Package activities holds every side effect of a campaign: the control
-// activities the workflow runs on the control queue (set-up, leasing,
-// membership, ring history, finish) and the fetch batches each node runs on
-// its own queue. Workflow code only decides; this package does.
+// Package activities holds the Temporal activities of a campaign: thin
+// adapters, run on the control queue, between the workflow and Postgres
+// (set-up, leasing, membership, ring history, delivery to processors,
+// finish), and the node's bodies listener that processors read. Workflow
+// code only decides; this package does. The crawling itself is package
+// crawler's: nodes take their batches from Postgres, not from activities.
 package activities
 
 import (

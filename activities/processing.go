@@ -10,11 +10,9 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/crawl"
-	"github.com/spiderpool/spiderpool/fetch"
 	"github.com/spiderpool/spiderpool/store"
 )
 
@@ -455,28 +453,4 @@ func serveBodies(st *store.Store, w http.ResponseWriter, r *http.Request) {
 		bw.Write(body)
 	}
 	bw.Flush()
-}
-
-// forProcessors is what a fetched page keeps for the processors that want
-// it, or nil when none does.
-func (r *rules) forProcessors(c *store.ClaimedURL, self crawl.URL, resp *fetch.Response, at time.Time) *store.PageBody {
-	var names []string
-	for i := range r.filters {
-		if r.filters[i].Wants(self.String, resp.Status, resp.Header.Get("Content-Type")) {
-			names = append(names, r.filters[i].Name)
-		}
-	}
-	if len(names) == 0 {
-		return nil
-	}
-	// The body a processor gets is decoded: the headers that describe the
-	// bytes on the wire (kept as received, for the archive) would lie.
-	header := resp.Header.Clone()
-	for _, h := range []string{"Content-Encoding", "Content-Length", "Transfer-Encoding"} {
-		header.Del(h)
-	}
-	return &store.PageBody{
-		Processors: names, URL: c.URL, Depth: c.Depth, FinalURL: self.Linked(), Status: resp.Status, Header: header,
-		ContentType: resp.Header.Get("Content-Type"), FetchedAt: at, Body: resp.Body,
-	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/config"
 	"github.com/spiderpool/spiderpool/control"
+	"github.com/spiderpool/spiderpool/crawler"
 	"github.com/spiderpool/spiderpool/fetch"
 	"github.com/spiderpool/spiderpool/metrics"
 	"github.com/spiderpool/spiderpool/store"
@@ -175,9 +176,9 @@ type nodeRun struct {
 
 	controlWorker worker.Worker
 	regs          []store.Registration
-	engines       []*activities.Fetch
-	puller        *activities.Puller
-	commits       *activities.Commits
+	engines       []*crawler.Fetch
+	puller        *crawler.Puller
+	commits       *crawler.Commits
 
 	// life ends the heartbeat, sweep and policy loops when the node stops.
 	life     context.Context
@@ -216,21 +217,21 @@ func (r *nodeRun) newControlWorker(identity string) worker.Worker {
 func (r *nodeRun) buildEngines(f *fetch.Fetcher, m *metrics.Registry, arch *archive.Writer, hl httpListener, tr *tracing) {
 	n := r.cfg.Node
 	caps := []string{campaign.CapPull}
-	r.puller = activities.NewPuller(r.st, tr.tracer, r.log)
-	r.commits = activities.NewCommits(r.st, m.Crawl, r.log)
+	r.puller = crawler.NewPuller(r.st, tr.tracer, r.log)
+	r.commits = crawler.NewCommits(r.st, m.Crawl, r.log)
 	r.regs = make([]store.Registration, len(r.ids))
-	r.engines = make([]*activities.Fetch, len(r.ids))
+	r.engines = make([]*crawler.Fetch, len(r.ids))
 	for i, id := range r.ids {
 		r.regs[i] = store.Registration{
 			ID: id, Weight: n.Weight, Queue: campaign.NodeQueue(id), Version: Version,
 			Incarnation: incarnation(), TTL: n.TTL, BodiesAddr: hl.bodiesAddr, MetricsAddr: hl.metricsAddr, Capabilities: caps,
 		}
 		holder := store.HolderToken(id, r.regs[i].Incarnation)
-		opts := activities.FetchOptions{
+		opts := crawler.FetchOptions{
 			Concurrency: n.FetchConcurrency, Holder: holder, Metrics: m.Crawl, Archive: arch, Done: r.puller.Done,
 			Commits: r.commits,
 		}
-		r.engines[i] = activities.NewFetch(id, r.st, f, opts, r.log)
+		r.engines[i] = crawler.NewFetch(id, r.st, f, opts, r.log)
 		r.puller.Add(id, holder, r.engines[i])
 	}
 }
@@ -254,7 +255,7 @@ func (r *nodeRun) start(ctx context.Context) error {
 	r.loops.Add(3)
 	go func() { defer r.loops.Done(); heartbeat(r.life, r.st, r.tc, r.regs, n.HeartbeatInterval, r.log) }()
 	go func() { defer r.loops.Done(); sweepEnded(r.life, r.st, r.tc, r.ids, n.EndedSweep, r.log) }()
-	go func() { defer r.loops.Done(); activities.WatchPolicies(r.life, r.st, r.engines) }()
+	go func() { defer r.loops.Done(); crawler.WatchPolicies(r.life, r.st, r.engines) }()
 	r.log.Info("node started", "identities", len(r.ids), "queue", r.regs[0].Queue, "weight", n.Weight,
 		"control_queue", r.cfg.ControlQueue, "fetch_concurrency", n.FetchConcurrency, "temporal", r.cfg.TemporalAddress)
 	return nil

@@ -1,4 +1,4 @@
-package activities
+package crawler
 
 import (
 	"context"
@@ -115,7 +115,7 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 		Reached:         h.reached,
 	}
 	conditional(it, &o)
-	resp := f.fetcher.Get(context.WithoutCancel(ctx), self.Linked(), o)
+	resp := f.pages.Get(context.WithoutCancel(ctx), self.Linked(), o)
 	requestEnded()
 	f.slots.give(it.batch.key)
 	f.metrics.Response(resp.Status, resp.Length, resp.Duration)

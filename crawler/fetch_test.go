@@ -1,4 +1,4 @@
-package activities_test
+package crawler_test
 
 import (
 	"context"
@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/spiderpool/spiderpool/activities"
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/crawl"
+	"github.com/spiderpool/spiderpool/crawler"
 	"github.com/spiderpool/spiderpool/fetch"
 	"github.com/spiderpool/spiderpool/store"
 	"github.com/spiderpool/spiderpool/tests/harness"
@@ -60,7 +60,7 @@ func (e *batchEnds) ended(d store.DoneBatch) {
 }
 
 // accept hands req to the engine as batch name.
-func (e *batchEnds) accept(ctx context.Context, f *activities.Fetch, req campaign.FetchBatchRequest, name string) (campaign.BatchResult, bool, error) {
+func (e *batchEnds) accept(ctx context.Context, f *crawler.Fetch, req campaign.FetchBatchRequest, name string) (campaign.BatchResult, bool, error) {
 	req.Batch = e.id(name)
 	return f.Accept(ctx, req)
 }
@@ -86,14 +86,14 @@ func (e *batchEnds) await(t *testing.T, name string) completion {
 }
 
 // startFetch runs a node's engine, registered so its holder token is alive.
-func startFetch(t *testing.T, s *store.Store, node string) (*activities.Fetch, *batchEnds) {
+func startFetch(t *testing.T, s *store.Store, node string) (*crawler.Fetch, *batchEnds) {
 	t.Helper()
 	reg := store.Registration{ID: node, Weight: 1, Queue: campaign.NodeQueue(node), Incarnation: "1", TTL: time.Hour}
 	if err := s.RegisterNode(context.Background(), reg); err != nil {
 		t.Fatal(err)
 	}
 	tmp := newBatchEnds()
-	f := activities.NewFetch(node, s, fetch.New(4, fetch.Guard{AllowPrivate: true}), activities.FetchOptions{
+	f := crawler.NewFetch(node, s, fetch.New(4, fetch.Guard{AllowPrivate: true}), crawler.FetchOptions{
 		Concurrency: 8, Holder: store.HolderToken(node, "1"), Done: tmp.ended,
 	}, quiet)
 	f.Start()

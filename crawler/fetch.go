@@ -1,6 +1,7 @@
-package activities
+package crawler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -34,7 +35,8 @@ type Fetch struct {
 	node     string
 	holder   string
 	store    *store.Store
-	fetcher  *fetch.Fetcher
+	fetcher  *fetch.Fetcher // robots.txt and sitemaps
+	pages    PageFetcher
 	log      *slog.Logger
 	slots    *fairSlots
 	hosts    *hostTable
@@ -66,8 +68,21 @@ type Fetch struct {
 	loops sync.WaitGroup
 }
 
+// PageFetcher fetches one page for the engine. The engine does everything
+// around it: the host's pace and claim (Reached in the options says when
+// the request was answered, which anchors the host's next turn), robots.txt,
+// conditional headers, the archive, links and the commit. Plain HTTP
+// (*fetch.Fetcher) is the default; another kind of fetcher (a browser)
+// plugs in here alone.
+type PageFetcher interface {
+	Get(ctx context.Context, url string, o fetch.Options) fetch.Response
+}
+
 // FetchOptions are a node's fetch settings beyond its identity.
 type FetchOptions struct {
+	// Pages fetches the pages; nil fetches them with the engine's HTTP
+	// fetcher, which also fetches robots.txt and sitemaps.
+	Pages PageFetcher
 	// Concurrency caps the node's simultaneous requests.
 	Concurrency int
 	// Holder is this process's token on the frontier rows it claims
@@ -97,7 +112,7 @@ func NewFetch(node string, st *store.Store, f *fetch.Fetcher, o FetchOptions, lo
 		commits = NewCommits(st, o.Metrics, log)
 	}
 	return &Fetch{
-		node: node, holder: o.Holder, store: st, fetcher: f, log: log,
+		node: node, holder: o.Holder, store: st, fetcher: f, pages: cmp.Or[PageFetcher](o.Pages, f), log: log,
 		commits: commits, ownCommits: own,
 		slots:   slots,
 		hosts:   newHostTable(o.Holder, st, log),

@@ -1,4 +1,4 @@
-package activities_test
+package crawler_test
 
 import (
 	"context"
