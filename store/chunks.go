@@ -211,19 +211,11 @@ func chunkTokenPage(token string) (chunk, id int64, ok bool) {
 	return int64(c), int64(p), err1 == nil && err2 == nil
 }
 
-// addChunked keeps p for a chunk of the commit.
-func (b *bodyRows) addChunked(id int64, p *PageBody, header []byte, sha string) {
-	b.chunked = append(b.chunked, chunkPage{
-		ID: id, URL: p.URL, Depth: p.Depth, Final: p.FinalURL, Status: p.Status, Header: header,
-		CType: p.ContentType, At: p.FetchedAt, SHA256: sha, body: p.Body, processors: p.Processors,
-	})
-}
-
-// writeChunks keeps the commit's chunked pages whose ids keep says (nil:
-// all), in chunks of up to chunkBytes of bodies, with each processor's
-// deliveries of them; it says which chunks it wrote.
-func (b *bodyRows) writeChunks(ctx context.Context, tx pgx.Tx, campaignKey any, keep map[int64]bool) ([]int64, error) {
-	pages := slices.DeleteFunc(slices.Clone(b.chunked), func(p chunkPage) bool { return keep != nil && !keep[p.ID] })
+// writeChunks keeps the commit's pages in chunks of up to chunkBytes of
+// bodies, with each processor's deliveries of them; it says which chunks
+// it wrote.
+func (b *chunkedBodies) writeChunks(ctx context.Context, tx pgx.Tx, campaignKey any) ([]int64, error) {
+	pages := slices.Clone(b.pages)
 	slices.SortFunc(pages, func(x, y chunkPage) int { return cmp.Compare(x.ID, y.ID) })
 	var chunks []int64
 	for len(pages) > 0 {

@@ -13,7 +13,7 @@ import (
 	"github.com/spiderpool/spiderpool/tests/harness"
 )
 
-// chunkedCampaign commits pages in chunks (processors version 8): the
+// chunkedCampaign commits pages, kept in chunks: the
 // first commit 5 pages and one it never claimed, the second 3, the third
 // only one it never claimed, all wanted by processors p and q; it says
 // the 8 pages recorded.
@@ -33,7 +33,7 @@ func chunkedCampaign(t *testing.T, s *store.Store) (key int64, pages []int64) {
 			Page: &store.Page{Status: 200, ContentType: "text/html", FetchedAt: time.Now()},
 			Body: &store.PageBody{Processors: []string{"p", "q"}, URL: c.URL, Depth: c.Depth, FinalURL: fmt.Sprintf("http://final.test/%d", id),
 				Status: 200, Header: http.Header{"Etag": {"x"}}, ContentType: "text/html", FetchedAt: time.Now(),
-				Body: []byte(fmt.Sprint("body ", id)), Chunked: true}}
+				Body: []byte(fmt.Sprint("body ", id))}}
 	}
 	commit := func(want int, ids ...int64) {
 		t.Helper()

@@ -3,14 +3,12 @@ package store
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/crawl"
@@ -741,7 +739,7 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 		pAt                              []time.Time
 		pNoIndex, pNoFollow, pNoArchive  []bool
 		pCanonical, pCharset, pNode      []string
-		bodies                           bodyRows
+		bodies                           chunkedBodies
 		carries                          carryRows
 	)
 	for i, o := range outcomes {
@@ -800,30 +798,8 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 			return carries.commit(ctx, tx, campaignKey, res.Accepted)
 		})
 	})
-	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == uniqueViolation {
-		// A body or delivery was kept already (none should be): record
-		// the commit as before bodies were copied, skipping those, and
-		// then the chunks of the pages recorded.
-		err = s.retry(ctx, func() error {
-			return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
-				res.Accepted, err = readAccepted(tx.Query(ctx, outcomesSQL+bodiesSQL+` SELECT id FROM u`,
-					append(args, bodies.args()...)...))
-				if err == nil {
-					_, err = bodies.writeChunks(ctx, tx, campaignKey, res.Accepted)
-				}
-				if err == nil {
-					err = carries.commit(ctx, tx, campaignKey, res.Accepted)
-				}
-				return err
-			})
-		})
-	}
 	if err != nil {
 		return CommitResult{}, fmt.Errorf("record %d outcomes for campaign %d: %w", n, campaignKey, err)
-	}
-	if len(bodies.dIDs) > 0 {
-		s.grew(&s.deliveryStats, len(bodies.dIDs))
-		s.grew(&s.bodyStats, len(bodies.ids))
 	}
 	return res, nil
 }
@@ -845,7 +821,7 @@ const outcomesSQL = `
 				FROM unnest($2::bigint[], $3::text[], $4::int[], $5::int[], $6::text[], $7::bigint[], $8::text[])
 				     AS r(id, state, tried, status, err, retry_ms, holder)
 				WHERE f.id = r.id AND f.campaign = $1 AND f.lease_holder = r.holder AND f.state = 'leased'
-				RETURNING f.id, f.url, f.depth
+				RETURNING f.id
 			), p AS (
 				INSERT INTO pages (url_id, campaign, status, content_type, content_length, truncated, content_digest,
 				                   title, redirect_to, links, fetched_at, duration_ms, node,
@@ -861,25 +837,6 @@ const outcomesSQL = `
 				JOIN u ON u.id = pg.id
 				ON CONFLICT (url_id) DO NOTHING
 			)`
-
-// bodiesSQL adds to outcomesSQL the bodies ($26-$34) and deliveries
-// ($35-$36) of the pages recorded, skipping any kept already.
-const bodiesSQL = `, b AS (
-				INSERT INTO page_bodies (url_id, campaign, url, depth, final_url, status, headers, content_type, fetched_at, body, sha256, token)
-				SELECT b.id, $1, u.url, u.depth, b.final, b.status, b.headers::jsonb, nullif(b.ctype, ''), b.at, b.body, b.sha, b.token
-				FROM unnest($26::bigint[], $27::text[], $28::int[], $29::text[], $30::text[], $31::timestamptz[],
-				            $32::bytea[], $33::text[], $34::text[]) AS b(id, final, status, headers, ctype, at, body, sha, token)
-				JOIN u ON u.id = b.id
-				ON CONFLICT (url_id) DO NOTHING
-			), d AS (
-				INSERT INTO deliveries (campaign, url_id, processor)
-				SELECT $1, d.id, d.processor FROM unnest($35::bigint[], $36::text[]) AS d(id, processor)
-				JOIN u ON u.id = d.id
-				ON CONFLICT DO NOTHING
-			)`
-
-// uniqueViolation is Postgres's error code for a duplicate key.
-const uniqueViolation = "23505"
 
 // readAccepted reads the ids a commit recorded.
 func readAccepted(rows pgx.Rows, err error) (map[int64]bool, error) {

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -44,8 +43,8 @@ const (
 	DeliveryFailed  = "failed"
 )
 
-// PageBody is what processors get of a fetched page, kept with its
-// deliveries until every processor named has taken it.
+// PageBody is what processors get of a fetched page, kept in a chunk of
+// its commit (chunks.go) until every processor named has taken it.
 type PageBody struct {
 	Processors []string
 	// URL and Depth are the frontier's, of the URL fetched.
@@ -57,113 +56,45 @@ type PageBody struct {
 	ContentType string
 	FetchedAt   time.Time
 	Body        []byte
-	// Chunked keeps the page in a chunk of its commit (processors version
-	// 8, see chunks.go), not in a page_bodies row.
+	// Chunked is ignored: every body is kept in a chunk.
+	//
+	// Deprecated: callers need not set it.
 	Chunked bool
 }
 
-// bodyRows are the columns of the page_bodies and deliveries a commit
-// writes, beside its outcomes (see recordOutcomes), and its chunked pages.
-type bodyRows struct {
-	ids                                    []int64
-	url, final, headers, ctype, sha, token []string
-	status, depth                          []int32
-	at                                     []time.Time
-	body                                   [][]byte
-	dIDs                                   []int64
-	dProc                                  []string
-	chunked                                []chunkPage
-}
+// chunkedBodies are the pages a commit keeps for processors, beside its
+// outcomes (see recordOutcomes).
+type chunkedBodies struct{ pages []chunkPage }
 
-func (b *bodyRows) empty() bool { return len(b.ids) == 0 && len(b.chunked) == 0 }
+func (b *chunkedBodies) empty() bool { return len(b.pages) == 0 }
 
-func (b *bodyRows) add(id int64, p *PageBody) error {
+// add keeps p, the body of page id, for a chunk of the commit.
+func (b *chunkedBodies) add(id int64, p *PageBody) error {
 	h, err := json.Marshal(p.Header)
 	if err != nil {
 		return err
 	}
 	sum := sha256.Sum256(p.Body)
-	if p.Chunked {
-		b.addChunked(id, p, h, hex.EncodeToString(sum[:]))
-		return nil
-	}
-	tok, err := bodyToken(id)
-	if err != nil {
-		return err
-	}
-	b.ids = append(b.ids, id)
-	b.url = append(b.url, p.URL)
-	b.depth = append(b.depth, int32(p.Depth))
-	b.final = append(b.final, p.FinalURL)
-	b.status = append(b.status, int32(p.Status))
-	b.headers = append(b.headers, string(h))
-	b.ctype = append(b.ctype, p.ContentType)
-	b.at = append(b.at, p.FetchedAt)
-	b.body = append(b.body, p.Body)
-	b.sha = append(b.sha, hex.EncodeToString(sum[:]))
-	b.token = append(b.token, tok)
-	for _, name := range p.Processors {
-		b.dIDs = append(b.dIDs, id)
-		b.dProc = append(b.dProc, name)
-	}
+	b.pages = append(b.pages, chunkPage{
+		ID: id, URL: p.URL, Depth: p.Depth, Final: p.FinalURL, Status: p.Status, Header: h,
+		CType: p.ContentType, At: p.FetchedAt, SHA256: hex.EncodeToString(sum[:]), body: p.Body, processors: p.Processors,
+	})
 	return nil
 }
 
-// commit copies a commit's bodies and deliveries into tx (its chunks
-// too), then records its outcomes (outcomesSQL with args, $1 being the
-// campaign) and says which it recorded; the bodies of the others (their
-// URLs no longer held by this holder) are deleted again, and taken out
-// of the chunks' deliveries. Outcomes go last because their update
-// locks the URLs' frontier rows until the commit, and every concurrent
-// insert of a link to one of them waits for that. Copied after
-// the update, the bodies held those rows for the whole copy: in a
-// 100,000-page crawl with a no-op processor, the link inserts took 38.9 s
-// of statement time against 25.2 s without a processor; copied first,
-// 24.8 s against 25.9 s. Rows go in in id order, so two commits copying
-// the same pages (a batch rerouted under a slow one) wait on each other
-// in one order, not in a deadlock.
-//
-// COPY where an INSERT from arrays was: measured on 60,000 bodies of
-// 2 KB, that took Postgres 1.7-2.4 s of CPU against COPY's 0.45 s, and
-// the node re-grew its parameter buffer to the bodies' size for every
-// commit. A body kept already fails the copy (see recordOutcomes).
-func (b *bodyRows) commit(ctx context.Context, tx pgx.Tx, args []any) (map[int64]bool, error) {
+// commit keeps a commit's pages in chunks in tx, then records its
+// outcomes (outcomesSQL with args, $1 being the campaign) and says which
+// it recorded; the pages of the others (their URLs no longer held by
+// this holder) are taken out of the chunks' deliveries again. Outcomes
+// go last because their update locks the URLs' frontier rows until the
+// commit, and every concurrent insert of a link to one of them waits for
+// that: bodies written after the update held those rows for the whole
+// write (in a 100,000-page crawl with a no-op processor, the link
+// inserts took 38.9 s of statement time against 25.2 s without a
+// processor; written first, 24.8 s against 25.9 s).
+func (b *chunkedBodies) commit(ctx context.Context, tx pgx.Tx, args []any) (map[int64]bool, error) {
 	campaignKey := args[0]
-	bodies := make([][]any, len(b.ids))
-	for i, id := range b.ids {
-		var ctype, url, depth any // NULL when none: ctype as the pages table keeps it, url and depth read from the frontier
-		if b.ctype[i] != "" {
-			ctype = b.ctype[i]
-		}
-		if b.url[i] != "" {
-			url, depth = b.url[i], b.depth[i]
-		}
-		bodies[i] = []any{id, campaignKey, url, depth, b.final[i], b.status[i], b.headers[i],
-			ctype, b.at[i], b.body[i], b.sha[i], b.token[i]}
-	}
-	deliveries := make([][]any, len(b.dIDs))
-	for i, id := range b.dIDs {
-		deliveries[i] = []any{id, campaignKey, b.dProc[i]}
-	}
-	// Both lead with url_id: in id order (a page's deliveries in the order
-	// its processors are named, the same at every node).
-	byPage := func(x, y []any) int { return cmp.Compare(x[0].(int64), y[0].(int64)) }
-	slices.SortFunc(bodies, byPage)
-	slices.SortStableFunc(deliveries, byPage)
-	if len(bodies) > 0 {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"page_bodies"},
-			[]string{"url_id", "campaign", "url", "depth", "final_url", "status", "headers", "content_type", "fetched_at", "body", "sha256", "token"},
-			pgx.CopyFromRows(bodies)); err != nil {
-			return nil, fmt.Errorf("copy page bodies: %w", err)
-		}
-	}
-	if len(deliveries) > 0 {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"deliveries"}, []string{"url_id", "campaign", "processor"},
-			pgx.CopyFromRows(deliveries)); err != nil {
-			return nil, fmt.Errorf("copy deliveries: %w", err)
-		}
-	}
-	chunks, err := b.writeChunks(ctx, tx, campaignKey, nil)
+	chunks, err := b.writeChunks(ctx, tx, campaignKey)
 	if err != nil {
 		return nil, err
 	}
@@ -171,37 +102,18 @@ func (b *bodyRows) commit(ctx context.Context, tx pgx.Tx, args []any) (map[int64
 	if err != nil {
 		return nil, err
 	}
-	var lost, lostChunked []int64
-	for _, id := range b.ids {
-		if !accepted[id] {
-			lost = append(lost, id)
-		}
-	}
-	for _, p := range b.chunked {
+	var lost []int64
+	for _, p := range b.pages {
 		if !accepted[p.ID] {
-			lostChunked = append(lostChunked, p.ID)
-		}
-	}
-	if len(lostChunked) > 0 {
-		if err := dropLostChunked(ctx, tx, campaignKey, chunks, lostChunked); err != nil {
-			return nil, err
+			lost = append(lost, p.ID)
 		}
 	}
 	if len(lost) > 0 {
-		// The copies succeeded, so no row of these pages was there
-		// before them: every one of them is this commit's.
-		if _, err := tx.Exec(ctx, `
-			WITH d AS (DELETE FROM deliveries WHERE campaign = $1 AND url_id = ANY($2))
-			DELETE FROM page_bodies WHERE campaign = $1 AND url_id = ANY($2)`, campaignKey, lost); err != nil {
-			return nil, fmt.Errorf("delete the bodies of pages no longer held: %w", err)
+		if err := dropLostChunked(ctx, tx, campaignKey, chunks, lost); err != nil {
+			return nil, err
 		}
 	}
 	return accepted, nil
-}
-
-// args are the columns of bodiesSQL, $26-$36.
-func (b *bodyRows) args() []any {
-	return []any{b.ids, b.final, b.status, b.headers, b.ctype, b.at, b.body, b.sha, b.token, b.dIDs, b.dProc}
 }
 
 // DeliveryLease is a batch of pages leased to one processor.

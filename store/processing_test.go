@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -470,79 +469,6 @@ func testStoreProcessedRecordsOnce(t *testing.T, held bool) {
 	}
 }
 
-// TestCommitKeepsTheBodiesOfThePagesItRecords: a commit keeps a body and
-// a delivery for each page it records that a processor wants, with the
-// page's URL and depth, and none for a page its holder no longer holds. A
-// body kept already for a page is left as it is, and the commit still
-// records the page and its delivery.
-func TestCommitKeepsTheBodiesOfThePagesItRecords(t *testing.T) {
-	s := harness.OpenStore(t)
-	key, n1, all, claimed := claimPages(t, s, 4, "http://a.test/0", "http://a.test/1", "http://a.test/2", "http://a.test/3", "http://a.test/4")
-	fetched := func(id int64, ctype string) store.Outcome {
-		var c store.ClaimedURL
-		if i := slices.IndexFunc(claimed, func(c store.ClaimedURL) bool { return c.ID == id }); i >= 0 {
-			c = claimed[i]
-		}
-		return store.Outcome{ID: id, State: store.Fetched, Attempted: true, Status: 200,
-			Page: &store.Page{Status: 200, ContentType: ctype, FetchedAt: time.Now()},
-			Body: &store.PageBody{Processors: []string{"p"}, URL: c.URL, Depth: c.Depth, FinalURL: "http://final.test/", Status: 200,
-				Header: http.Header{"Etag": {"x"}}, ContentType: ctype, FetchedAt: time.Now(), Body: []byte(fmt.Sprint("body ", id))}}
-	}
-	commit := func(want int, outcomes ...store.Outcome) {
-		t.Helper()
-		res, err := s.Commit(ctx, key, n1, "n1", outcomes, nil)
-		if err != nil || len(res.Accepted) != want {
-			t.Fatalf("commit accepted %v (%v), want %d pages", res.Accepted, err, want)
-		}
-	}
-	// all[4] was never claimed: its outcome is refused, and keeps nothing.
-	commit(2, fetched(all[0], "text/html"), fetched(all[1], ""), fetched(all[4], "text/html"))
-	if _, err := s.Pool().Exec(ctx, `
-		INSERT INTO page_bodies (url_id, campaign, final_url, status, headers, fetched_at, body, sha256, token)
-		VALUES ($1, $2, 'http://old.test/', 200, '{}', now(), 'kept before', '', 'old')`, all[3], key); err != nil {
-		t.Fatal(err)
-	}
-	commit(2, fetched(all[2], "text/html"), fetched(all[3], "text/html"))
-
-	rows, err := s.Pool().Query(ctx, `
-		SELECT b.url_id, coalesce(b.url = f.url AND b.depth = f.depth, false), coalesce(b.content_type, 'NULL'), convert_from(b.body, 'UTF8'),
-		       b.headers->'Etag'->>0, (SELECT count(*) FROM deliveries d WHERE d.campaign = $1 AND d.url_id = b.url_id AND d.processor = 'p')
-		FROM page_bodies b JOIN frontier f ON f.id = b.url_id WHERE b.campaign = $1 ORDER BY b.url_id`, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for rows.Next() {
-		var (
-			id             int64
-			pageOK         bool
-			ctype, body    string
-			etag           *string
-			deliveredTimes int
-		)
-		if err := rows.Scan(&id, &pageOK, &ctype, &body, &etag, &deliveredTimes); err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, fmt.Sprintf("%d url/depth %v type %s %q etag %v deliveries %d", id, pageOK, ctype, body, etag != nil, deliveredTimes))
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{
-		fmt.Sprintf("%d url/depth true type text/html %q etag true deliveries 1", all[0], fmt.Sprint("body ", all[0])),
-		fmt.Sprintf("%d url/depth true type NULL %q etag true deliveries 1", all[1], fmt.Sprint("body ", all[1])),
-		fmt.Sprintf("%d url/depth true type text/html %q etag true deliveries 1", all[2], fmt.Sprint("body ", all[2])),
-		fmt.Sprintf("%d url/depth false type NULL \"kept before\" etag false deliveries 1", all[3]),
-	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("kept bodies:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-	var deliveries int
-	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE campaign = $1`, key).Scan(&deliveries); err != nil || deliveries != 4 {
-		t.Errorf("%d deliveries (%v), want one for each of the 4 pages recorded", deliveries, err)
-	}
-}
-
 // int64s is the array of int64 a query answers with.
 func int64s(t *testing.T, s *store.Store, query string, args ...any) []int64 {
 	t.Helper()
@@ -572,11 +498,11 @@ func claimPages(t *testing.T, s *store.Store, claim int, raw ...string) (key int
 	return key, n1, all, claimed
 }
 
-// TestLargeBodiesAreKeptCompressed: a body over Postgres's 2 KB
-// threshold is kept compressed with lz4 when it compresses (migration
-// 0018), inline or in TOAST, one under it or one that does not compress
-// as it came; each reads back as it was fetched.
-func TestLargeBodiesAreKeptCompressed(t *testing.T) {
+// TestChunksAreKeptCompressed: a chunk over Postgres's 2 KB threshold is
+// kept compressed with lz4 when it compresses (migration 0019), one that
+// does not as it came; each page reads back by its token as it was
+// fetched.
+func TestChunksAreKeptCompressed(t *testing.T) {
 	s := harness.OpenStore(t)
 	key, n1, all, _ := claimPages(t, s, 4, "http://a.test/small", "http://a.test/medium", "http://a.test/large", "http://a.test/random")
 	html := func(size int) []byte {
@@ -592,47 +518,47 @@ func TestLargeBodiesAreKeptCompressed(t *testing.T) {
 		t.Fatal(err)
 	}
 	bodies := map[int64][]byte{all[0]: html(1000), all[1]: html(5000), all[2]: html(200_000), all[3]: noise}
-	var outcomes []store.Outcome
-	for _, id := range all {
-		outcomes = append(outcomes, store.Outcome{ID: id, State: store.Fetched, Attempted: true, Status: 200,
-			Page: &store.Page{Status: 200, ContentType: "text/html", FetchedAt: time.Now()},
-			Body: &store.PageBody{Processors: []string{"p"}, FinalURL: "http://a.test/", Status: 200,
-				Header: http.Header{"Etag": {"x"}}, ContentType: "text/html", FetchedAt: time.Now(), Body: bodies[id]}})
-	}
-	if res, err := s.Commit(ctx, key, n1, "n1", outcomes, nil); err != nil || len(res.Accepted) != len(all) {
-		t.Fatalf("commit accepted %v (%v), want %d pages", res.Accepted, err, len(all))
-	}
-	rows, err := s.Pool().Query(ctx, `
-		SELECT url_id, coalesce(pg_column_compression(body), 'none'), token FROM page_bodies WHERE campaign = $1 ORDER BY url_id`, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	tokens := map[int64]string{}
-	for rows.Next() {
-		var (
-			id                 int64
-			compression, token string
-		)
-		if err := rows.Scan(&id, &compression, &token); err != nil {
-			t.Fatal(err)
+	commit := func(ids ...int64) {
+		t.Helper()
+		var outcomes []store.Outcome
+		for _, id := range ids {
+			outcomes = append(outcomes, store.Outcome{ID: id, State: store.Fetched, Attempted: true, Status: 200,
+				Page: &store.Page{Status: 200, ContentType: "text/html", FetchedAt: time.Now()},
+				Body: &store.PageBody{Processors: []string{"p"}, FinalURL: "http://a.test/", Status: 200,
+					Header: http.Header{"Etag": {"x"}}, ContentType: "text/html", FetchedAt: time.Now(), Body: bodies[id]}})
 		}
-		got = append(got, compression)
-		tokens[id] = token
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	// small, medium, large, random
-	if want := []string{"none", "lz4", "lz4", "none"}; fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("bodies kept compressed as %v, want %v", got, want)
-	}
-	for _, id := range all {
-		body, _, err := s.Body(ctx, tokens[id])
-		if err != nil || !bytes.Equal(body, bodies[id]) {
-			t.Errorf("page %d: body of %d bytes read back as %d (%v)", id, len(bodies[id]), len(body), err)
+		if res, err := s.Commit(ctx, key, n1, "n1", outcomes, nil); err != nil || len(res.Accepted) != len(ids) {
+			t.Fatalf("commit accepted %v (%v), want %d pages", res.Accepted, err, len(ids))
 		}
 	}
+	commit(all[:3]...) // the HTML pages: one chunk
+	commit(all[3])     // the noise: another
+	if got, want := compressions(t, s, key), []string{"lz4", "none"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("chunks kept compressed as %v, want %v", got, want)
+	}
+	lease, err := s.LeaseDeliveries(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: 1 << 32, Held: true}, 10, 0, 0, 100)
+	if err != nil || len(lease.Pages) != len(all) {
+		t.Fatalf("lease: %d pages (%v), want %d", len(lease.Pages), err, len(all))
+	}
+	for _, p := range lease.Pages {
+		body, _, err := s.Body(ctx, p.Token)
+		if err != nil || !bytes.Equal(body, bodies[p.ID]) {
+			t.Errorf("page %d: body of %d bytes read back as %d (%v)", p.ID, len(bodies[p.ID]), len(body), err)
+		}
+	}
+}
+
+// compressions is how each of a campaign's chunks is compressed, in
+// chunk order ("none" for one kept as it came).
+func compressions(t *testing.T, s *store.Store, key int64) []string {
+	t.Helper()
+	var out []string
+	if err := s.Pool().QueryRow(ctx, `
+		SELECT coalesce(array_agg(coalesce(pg_column_compression(pages), 'none') ORDER BY id), '{}')
+		FROM body_chunks WHERE campaign = $1`, key).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // TestBodyStaysWhileAnotherProcessorWaits: storing one processor's batch

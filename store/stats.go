@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// tableStats counts the rows this process added to a table (the frontier,
-// deliveries) since it last analyzed it.
+// tableStats counts the rows this process added to a table (the
+// frontier) since it last analyzed it.
 //
 // Autovacuum analyzes a table at most once per autovacuum_naptime (a
 // minute by default), and a campaign's frontier grows from nothing to
@@ -18,25 +18,8 @@ import (
 // 207 of its 282 ms in that scan. So the store analyzes the frontier
 // itself while it grows fast, and leaves it to autovacuum once the growth
 // is small beside what is there.
-//
-// Deliveries grow as fast as pages are fetched and are looked up by id in
-// every lease and store of a processor's batch: planned with no
-// statistics, those scanned the table. So did the deletion of the bodies
-// of each batch stored (43 ms a batch of 500, measured), page_bodies
-// being analyzed by nobody until autovacuum came.
-//
-// The two are queues: their rows are deleted within seconds, and the space
-// they held is reused only once a vacuum has seen it. Autovacuum comes a
-// minute apart at best; meanwhile a crawl at 2,000 pages a second adds
-// 5 MB a second of dead bodies, which push the frontier out of shared
-// buffers. So the store vacuums page_bodies as it analyzes it (vacuum).
-// A minute of dead deliveries rows is a megabyte or two, and leases step
-// over their index entries once marked dead; vacuuming them took more of
-// a bench's statement time than any other processor statement (3.1-4.2 s
-// of a 60,000-page crawl, 23 vacuums), so autovacuum keeps them.
 type tableStats struct {
 	table   string // a constant: it is put in the ANALYZE statement
-	vacuum  bool   // vacuum as well as analyze
 	after   int64  // the least number of new rows worth an analyze
 	mu      sync.Mutex
 	added   int64 // rows added since the last analyze
@@ -76,11 +59,7 @@ func (s *Store) grew(st *tableStats, n int) {
 		defer cancel()
 		var known float64
 		// A failed analyze costs only a plan: the next growth tries again.
-		stmt := `ANALYZE ` + st.table
-		if st.vacuum { // skipped while another node vacuums it
-			stmt = `VACUUM (ANALYZE, SKIP_LOCKED) ` + st.table
-		}
-		if _, err := s.pool.Exec(ctx, stmt); err == nil {
+		if _, err := s.pool.Exec(ctx, `ANALYZE `+st.table); err == nil {
 			_ = s.pool.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, st.table).Scan(&known)
 		}
 		st.mu.Lock()

@@ -36,9 +36,6 @@ type Store struct {
 	// stats keeps the planner's statistics of the frontier up with its
 	// growth (see analyzeAsItGrows).
 	stats tableStats
-	// deliveryStats and bodyStats do the same for deliveries and
-	// page_bodies, and bodyStats vacuums page_bodies.
-	deliveryStats, bodyStats tableStats
 	// pooled: the URL reaches Postgres through a transaction pooler.
 	pooled bool
 }
@@ -98,10 +95,8 @@ func Open(ctx context.Context, url string, maxConns int32, timeout time.Duration
 		// A URL that asks for statements without a server-side cache
 		// (default_query_exec_mode=cache_describe, say) goes through a
 		// transaction pooler: see ListenPolicies.
-		pooled:        cfg.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement,
-		stats:         tableStats{table: "frontier", after: analyzeAfter},
-		deliveryStats: tableStats{table: "deliveries", after: 2_000},
-		bodyStats:     tableStats{table: "page_bodies", vacuum: true, after: 2_000},
+		pooled: cfg.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement,
+		stats:  tableStats{table: "frontier", after: analyzeAfter},
 	}, nil
 }
 
