@@ -23,11 +23,6 @@ const (
 
 	// StatusQuery returns a Status.
 	StatusQuery = "status"
-
-	// BatchReportSignal carries a BatchReport: what a batch did, sent by
-	// its node when the batch's activity can no longer be completed (the
-	// run continued as new, or gave the batch up while its node went on).
-	BatchReportSignal = "batch-report"
 )
 
 // Search attributes the workflow upserts, so the Web UI and `temporal
@@ -64,8 +59,6 @@ func NodeQueue(nodeID string) string { return nodeQueuePrefix + nodeID }
 const (
 	StartCampaignActivity     = "StartCampaign"
 	LeaseHostsActivity        = "LeaseHosts"
-	LeaseBatchActivity        = "LeaseBatch" // the v0.1 lease, for runs started before LeaseHosts
-	FetchBatchActivity        = "FetchBatch"
 	ReleaseBatchActivity      = "ReleaseBatch"
 	RefreshMembershipActivity = "RefreshMembership"
 	RecordRingChangesActivity = "RecordRingChanges"
@@ -249,39 +242,22 @@ func (b NodeBatch) IDs() []int64 {
 	return ids
 }
 
-// BatchReport is the BatchReportSignal's argument.
-type BatchReport struct {
-	Seq    int64       `json:"seq"`
-	Node   string      `json:"node"`
-	Result BatchResult `json:"result"`
-}
-
-// FetchBatchRequest hands leased URLs to a node.
+// FetchBatchRequest is a batch of leased URLs for a node, as it takes it
+// from Postgres (node_batches).
 type FetchBatchRequest struct {
 	CampaignID  string  `json:"campaign_id"`
 	CampaignKey int64   `json:"campaign_key"`
 	LeaseID     int64   `json:"lease_id"`
 	Node        string  `json:"node"`
 	IDs         []int64 `json:"ids"`
-	// Route counts how many times this batch moved to another node, and
-	// Attempt how many times it was retried on this one; together they make
-	// each scheduling's claim its own.
-	Route   int `json:"route"`
-	Attempt int `json:"attempt"`
-	// Seq numbers the campaign's batches, across runs: a late BatchReport
-	// names it.
-	Seq int64 `json:"seq,omitempty"`
 	// HandBackAfter, when set, bounds the batch's life: what has not
 	// started by then goes back to pending, due at once, so one slow host
 	// never holds the rest of a batch (and its window slot) for long.
 	HandBackAfter Duration `json:"hand_back_after,omitempty"`
 	// BodyChunks: the batch's pages are kept for processors in chunks, a
-	// commit's in one row (processors version 8). A node built before it
-	// ignores it and keeps them a row each, which nodes built since read
-	// too.
+	// commit's in one row.
 	BodyChunks bool `json:"body_chunks,omitempty"`
-	// Batch is the batch's row in node_batches when the node took it from
-	// Postgres (a pool run, see PoolRun); 0 for a FetchBatch activity.
+	// Batch is the batch's row in node_batches.
 	Batch int64 `json:"batch,omitempty"`
 }
 
@@ -536,11 +512,8 @@ type Carry struct {
 	DispatchedLease int64 `json:"dispatched_lease"`
 	// SearchAttributes as in StartResult.
 	SearchAttributes []string `json:"search_attributes,omitempty"`
-	// BatchSeq is the last batch number used.
-	BatchSeq int64 `json:"batch_seq,omitempty"`
-	// Orphans are batches the run no longer waits for but whose nodes may
-	// still be fetching them: in flight at continue-as-new, or given up on
-	// while their node lived on. Their reports arrive as signals.
+	// Orphans are batches a v0.10.0 run handed on, which a v0.11.0 run
+	// may still carry: their leases are released as the next run starts.
 	Orphans []OrphanBatch `json:"orphans,omitempty"`
 	// Changes are ring changes not yet in node_weight_history (Postgres
 	// was away when the run ended): the next run writes them.
@@ -552,7 +525,7 @@ type Carry struct {
 	PoolTotals *BatchResult `json:"pool_totals,omitempty"`
 }
 
-// OrphanBatch is a batch whose result may still arrive as a BatchReport.
+// OrphanBatch is a batch of a v0.10.0 run that no run waits for.
 type OrphanBatch struct {
 	Seq     int64  `json:"seq"`
 	Node    string `json:"node"`

@@ -472,13 +472,6 @@ const (
 	StoreProcessedActivity  = "StoreProcessed"
 )
 
-// ProcessBatchWorkflowType is the child workflow that carries batches of
-// pages through a processor: it leases a batch, runs the processor's
-// activity on it and stores the result, and goes on while full batches
-// wait. The bodies it sends stay in its own history, never in the
-// campaign's.
-const ProcessBatchWorkflowType = "ProcessBatch"
-
 // ChunkedBatchWorkflowType is ProcessBatch under the name a campaign at
 // processors version 8 starts it by, its pages kept in chunks: a node
 // built before chunks does not know the name, so it never runs such a

@@ -225,8 +225,25 @@ type releaseKey struct {
 // flush records a chunk and books it into its batches. It tries again
 // until Postgres takes it, or the process has closed its commits.
 func (c *committer) flush(chunk []settlement) {
-	h := c.h
 	c.archive(chunk)
+	p := gather(chunk)
+	ctx := context.WithoutCancel(c.h.life)
+	committed, released := c.record(ctx, p)
+	res := results(chunk, committed, released)
+	c.recordVisits(ctx, chunk, committed.Accepted)
+	c.count(committed, res)
+	bookByEngine(chunk, res)
+}
+
+// gathered is what a chunk asks of Postgres: outcomes and the links they
+// found, and the URLs handed back, by holder and lease.
+type gathered struct {
+	outs  []store.Outcome
+	found []store.NewURL
+	back  map[releaseKey][]int64
+}
+
+func gather(chunk []settlement) gathered {
 	n := 0
 	for _, s := range chunk {
 		n += len(s.out.links)
@@ -235,46 +252,60 @@ func (c *committer) flush(chunk []settlement) {
 	// pages of about 20 each) were copied again at every doubling: the
 	// line took 0.98 s of the 12.6 s of CPU that 3 nodes spent in a
 	// profile of a 60,000-page crawl.
-	outs := make([]store.Outcome, 0, len(chunk))
-	found := make([]store.NewURL, 0, n)
-	back := map[releaseKey][]int64{}
+	p := gathered{
+		outs: make([]store.Outcome, 0, len(chunk)), found: make([]store.NewURL, 0, n),
+		back: map[releaseKey][]int64{},
+	}
 	for _, s := range chunk {
 		if s.back {
 			k := releaseKey{s.f.holder, s.it.batch.req.LeaseID}
-			back[k] = append(back[k], s.it.url.ID)
+			p.back[k] = append(p.back[k], s.it.url.ID)
 			continue
 		}
 		o := s.out.o
 		o.Holder, o.Node = s.f.holder, s.f.node
-		outs = append(outs, o)
-		found = append(found, s.out.links...)
+		p.outs = append(p.outs, o)
+		p.found = append(p.found, s.out.links...)
 	}
+	return p
+}
+
+// record commits the chunk's outcomes and new links, then releases what
+// was handed back, trying again until Postgres takes each; it returns the
+// commit and the URLs released.
+func (c *committer) record(ctx context.Context, p gathered) (store.CommitResult, map[int64]bool) {
+	h := c.h
 	seen := h.seen.table(c.key)
-	links := seen.unseen(found)
+	links := seen.unseen(p.found)
 	var committed store.CommitResult
 	released := map[int64]bool{}
-	ctx := context.WithoutCancel(h.life)
 	c.retry("commit", func() error {
 		var err error
-		if len(outs) > 0 && committed.Accepted == nil {
-			if committed, err = h.store.Commit(ctx, c.key, "", "", outs, links); err != nil {
+		if len(p.outs) > 0 && committed.Accepted == nil {
+			if committed, err = h.store.Commit(ctx, c.key, "", "", p.outs, links); err != nil {
 				return err
 			}
-			for _, l := range found { // all in the frontier now, inserted or not
+			for _, l := range p.found { // all in the frontier now, inserted or not
 				seen.add(l)
 			}
 		}
-		for k, ids := range back {
+		for k, ids := range p.back {
 			if _, err := h.store.Release(ctx, c.key, k.lease, ids, k.holder); err != nil {
 				return err
 			}
 			for _, id := range ids {
 				released[id] = true
 			}
-			delete(back, k)
+			delete(p.back, k)
 		}
 		return nil
 	})
+	return committed, released
+}
+
+// results is what each settlement of the chunk did, as its batch counts
+// it; the links the commit discovered go to the first page's.
+func results(chunk []settlement, committed store.CommitResult, released map[int64]bool) []campaign.BatchResult {
 	res := make([]campaign.BatchResult, len(chunk))
 	discovered := false
 	for i, s := range chunk {
@@ -290,17 +321,25 @@ func (c *committer) flush(chunk []settlement) {
 		}
 		tally(r, s.out, committed.Accepted[s.out.o.ID])
 	}
-	c.recordVisits(ctx, chunk, committed.Accepted)
+	return res
+}
+
+// count adds the chunk to the node's metrics.
+func (c *committer) count(committed store.CommitResult, res []campaign.BatchResult) {
 	var total campaign.BatchResult
 	for _, r := range res {
 		total.Add(r)
 	}
-	h.metrics.Discovered(committed.Discovered)
-	h.metrics.Settled("fetched", total.Fetched)
-	h.metrics.Settled("failed", total.Failed)
-	h.metrics.Settled("excluded", total.Excluded)
-	h.metrics.Settled("retry", total.Retried)
-	// Each engine books its own part.
+	m := c.h.metrics
+	m.Discovered(committed.Discovered)
+	m.Settled("fetched", total.Fetched)
+	m.Settled("failed", total.Failed)
+	m.Settled("excluded", total.Excluded)
+	m.Settled("retry", total.Retried)
+}
+
+// bookByEngine hands each engine of the process its part of the chunk.
+func bookByEngine(chunk []settlement, res []campaign.BatchResult) {
 	for len(chunk) > 0 {
 		f := chunk[0].f
 		var part []settlement

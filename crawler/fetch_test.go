@@ -327,7 +327,7 @@ func leasedBatch(t *testing.T, s *store.Store, site *politeSite, id, node string
 		t.Fatalf("lease %+v (%v), want one batch of %d", lease, err, n)
 	}
 	return campaign.FetchBatchRequest{
-		CampaignID: id, CampaignKey: start.CampaignKey, LeaseID: lease.LeaseID, Node: node, IDs: lease.Batches[0].IDs(), Seq: 1,
+		CampaignID: id, CampaignKey: start.CampaignKey, LeaseID: lease.LeaseID, Node: node, IDs: lease.Batches[0].IDs(),
 	}
 }
 
