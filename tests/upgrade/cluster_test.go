@@ -8,23 +8,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/spiderpool/spiderpool/campaign"
-	"github.com/spiderpool/spiderpool/config"
 	"github.com/spiderpool/spiderpool/devstack"
+	"github.com/spiderpool/spiderpool/store"
 	"github.com/spiderpool/spiderpool/tests/harness"
 )
 
@@ -40,20 +37,25 @@ type cluster struct {
 	dbURL   string
 	queue   string
 	address string
-	db      *pgxpool.Pool
+	st      *store.Store
 	tc      client.Client
+	// nodes are the nodes started, by ID.
+	nodes map[string]*node
 }
 
 func newCluster(t *testing.T, name string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, name: name, queue: "spiderpool.control." + name, address: harness.Temporal(t).Address()}
+	c := &cluster{t: t, name: name, queue: "spiderpool.control." + name, address: harness.Temporal(t).Address(),
+		nodes: map[string]*node{}}
 	c.dbURL = emptyDatabase(t, fmt.Sprintf("sp_upgrade_%s_%d", name, os.Getpid()))
-	pool, err := pgxpool.New(bg, c.dbURL)
+	// This tree's store, on a schema either release migrated: what the
+	// test reads of it (the registry, pages, processor status) both have.
+	st, err := store.Open(bg, c.dbURL, 4, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pool.Close)
-	c.db = pool
+	t.Cleanup(st.Close)
+	c.st = st
 	tc, err := client.Dial(client.Options{HostPort: c.address, Logger: sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler))})
 	if err != nil {
 		t.Fatal(err)
@@ -101,11 +103,12 @@ func emptyDatabase(t *testing.T, name string) string {
 	return u.String()
 }
 
-func (c *cluster) env() []string {
-	return append(os.Environ(),
-		config.EnvDatabaseURL+"="+c.dbURL,
-		config.EnvTemporalAddress+"="+c.address,
-		config.EnvControlQueue+"="+c.queue)
+// env is where the cluster's processes find it. The node secret is in
+// this process's environment (harness.Main puts it there), so every node
+// inherits it: this release's nodes need it to serve bodies
+// (--bodies-addr); the previous release's do not read it.
+func (c *cluster) env() devstack.Env {
+	return devstack.Env{DatabaseURL: c.dbURL, TemporalAddress: c.address, ControlQueue: c.queue}
 }
 
 // count runs a query of one integer.
@@ -114,7 +117,7 @@ func (c *cluster) count(query string, args ...any) int64 {
 	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
 	defer cancel()
 	var n int64
-	if err := c.db.QueryRow(ctx, query, args...).Scan(&n); err != nil {
+	if err := c.st.Pool().QueryRow(ctx, query, args...).Scan(&n); err != nil {
 		c.t.Fatalf("%s: %v", query, err)
 	}
 	return n
@@ -125,7 +128,7 @@ func (c *cluster) strings(query string, args ...any) []string {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
 	defer cancel()
-	rows, err := c.db.Query(ctx, query, args...)
+	rows, err := c.st.Pool().Query(ctx, query, args...)
 	if err != nil {
 		c.t.Fatalf("%s: %v", query, err)
 	}
@@ -136,80 +139,69 @@ func (c *cluster) strings(query string, args ...any) []string {
 	return out
 }
 
+// thisRelease names the release of nodes built from this tree; the other
+// is PreviousRelease.
+const thisRelease = "this tree"
+
 // node is a `spiderpool worker` process of some release.
 type node struct {
-	id      string
+	*devstack.Node
 	release string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	err     error
-	log     string
 }
 
-// startNode runs bin as node id and waits until it has registered (and so
-// migrated the schema to what it knows).
-func (c *cluster) startNode(bin, release, short string, weight float64) *node {
+// nodeFlags are the worker flags every node gets, of either release:
+// quick heartbeats and a short TTL, so joins and stops show within
+// seconds, and fetches allowed to the loopback web.
+var nodeFlags = []string{"--heartbeat-interval", "1s", "--ttl", "4s", "--allow-private-networks",
+	"--db-conns", "8", "--log-level", "info"}
+
+// startNode runs bin as node id with nodeFlags and extra, and waits until
+// it has registered (and so migrated the schema to what it knows).
+func (c *cluster) startNode(bin, release, short string, weight float64, extra ...string) *node {
 	c.t.Helper()
 	id := c.name + "-" + short
-	n := &node{id: id, release: release, done: make(chan struct{}), log: filepath.Join(c.t.TempDir(), id+".log")}
-	logFile, err := os.Create(n.log)
+	dn, err := devstack.StartNode(devstack.NodeOptions{
+		Binary: bin, ID: id, Weight: weight, Flags: append(slices.Clone(nodeFlags), extra...), Env: c.env(),
+		ProcessOptions: devstack.ProcessOptions{Log: filepath.Join(c.t.TempDir(), id+".log")},
+	})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	n.cmd = exec.Command(bin, "worker", "--node", id, "--weight", strconv.FormatFloat(weight, 'g', -1, 64),
-		"--heartbeat-interval", "1s", "--ttl", "4s", "--allow-private-networks", "--db-conns", "8", "--log-level", "info")
-	n.cmd.Env = c.env()
-	n.cmd.Stdout, n.cmd.Stderr = logFile, logFile
-	devstack.DieWithParent(n.cmd, syscall.SIGKILL)
-	if err := n.cmd.Start(); err != nil {
-		c.t.Fatal(err)
+	n := &node{Node: dn, release: release}
+	c.t.Cleanup(func() { _ = n.Kill() })
+	c.nodes[id] = n
+	// Until the first node has migrated there is no registry: the wait
+	// takes that as not registered yet.
+	if err := devstack.WaitRegistered(bg, c.st, time.Minute, dn); err != nil {
+		c.t.Fatalf("%s node %s: %v\n%s", release, id, err, n.tail())
 	}
-	go func() { n.err = n.cmd.Wait(); logFile.Close(); close(n.done) }()
-	c.t.Cleanup(func() { n.stop(syscall.SIGKILL) })
-	harness.Eventually(c.t, time.Minute, release+" node "+id+" to register", func() bool {
-		select {
-		case <-n.done:
-			c.t.Fatalf("%s node %s exited: %v\n%s", release, id, n.err, n.tail())
-		default:
-		}
-		var ok bool
-		err := c.db.QueryRow(bg, `SELECT EXISTS (SELECT 1 FROM nodes WHERE id = $1 AND stopped_at IS NULL)`, id).Scan(&ok)
-		return err == nil && ok // no nodes table yet: the first node is migrating
-	})
 	return n
 }
 
 func (n *node) exited() bool {
 	select {
-	case <-n.done:
+	case <-n.Exited():
 		return true
 	default:
 		return false
 	}
 }
 
-// stop signals the process and waits for it, a minute at most before
-// SIGKILL.
-func (n *node) stop(sig syscall.Signal) {
-	if n.exited() {
-		return
-	}
-	_ = n.cmd.Process.Signal(sig)
-	select {
-	case <-n.done:
-	case <-time.After(time.Minute):
-		_ = n.cmd.Process.Kill()
-		<-n.done
-	}
-}
-
 // tail is the end of the node's log, for failure messages.
 func (n *node) tail() string {
-	b, _ := os.ReadFile(n.log)
+	b := n.Log()
 	if len(b) > 4000 {
 		b = b[len(b)-4000:]
 	}
-	return string(b)
+	return b
+}
+
+// releaseOf is the release of the node id, "" for none of the cluster's.
+func (c *cluster) releaseOf(id string) string {
+	if n, ok := c.nodes[id]; ok {
+		return n.release
+	}
+	return ""
 }
 
 // cli runs a spiderpool command of some release against the cluster.
@@ -218,7 +210,7 @@ func (c *cluster) cli(bin string, stdin string, args ...string) string {
 	ctx, cancel := context.WithTimeout(bg, time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = c.env()
+	cmd.Env = c.env().Environ()
 	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -229,18 +221,35 @@ func (c *cluster) cli(bin string, stdin string, args ...string) string {
 
 // runFacts is what one run of the campaign workflow's history shows.
 type runFacts struct {
-	// current: the run took this release's dispatcher (its history has
-	// the host-aware-flow version marker); otherwise the v0.1.0 one.
-	current bool
-	events  int
-	// taskFailures are workflow tasks that failed, by cause and by the
-	// worker identity (node@host:pid) that failed them. Temporal records
-	// the first failure of a streak only; retries that fail again are
-	// transient and leave no event.
-	taskFailures []string
+	events int
+	// versions are the run's version markers: change ID to version
+	// (host-aware-flow 2 is a pool run; see workflows).
+	versions map[string]int
+	// startedBy is the node that completed the run's first workflow task,
+	// whose code recorded the run's version markers.
+	startedBy string
 	// tasksBy counts the workflow tasks each node started.
 	tasksBy map[string]int
+	// failures are the workflow tasks that failed. Temporal records the
+	// first failure of a streak only; retries that fail again are
+	// transient and leave no event.
+	failures []taskFailure
 }
+
+// taskFailure is a failed workflow task: the node that failed it and why.
+type taskFailure struct {
+	node  string
+	cause enumspb.WorkflowTaskFailedCause
+}
+
+func (f taskFailure) String() string { return f.node + " " + f.cause.String() }
+
+// The SDK's version marker (workflow.GetVersion) and its details.
+const (
+	versionMarker   = "Version"
+	versionChangeID = "change-id"
+	versionNumber   = "version"
+)
 
 // runs reads every run of the workflow, first to last, following
 // continue-as-new backwards from the latest.
@@ -251,7 +260,7 @@ func (c *cluster) runs(workflowID string) []runFacts {
 	var out []runFacts
 	runID := ""
 	for {
-		f := runFacts{tasksBy: map[string]int{}}
+		f := runFacts{versions: map[string]int{}, tasksBy: map[string]int{}}
 		it := c.tc.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 		prev := ""
 		for it.HasNext() {
@@ -264,19 +273,24 @@ func (c *cluster) runs(workflowID string) []runFacts {
 			case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
 				prev = e.GetWorkflowExecutionStartedEventAttributes().GetContinuedExecutionRunId()
 			case enumspb.EVENT_TYPE_MARKER_RECORDED:
-				for _, p := range e.GetMarkerRecordedEventAttributes().GetDetails() {
-					for _, pl := range p.GetPayloads() {
-						if strings.Contains(string(pl.GetData()), "host-aware-flow") {
-							f.current = true
-						}
+				if m := e.GetMarkerRecordedEventAttributes(); m.GetMarkerName() == versionMarker {
+					var change string
+					var version int
+					dc := converter.GetDefaultDataConverter()
+					if dc.FromPayloads(m.GetDetails()[versionChangeID], &change) == nil &&
+						dc.FromPayloads(m.GetDetails()[versionNumber], &version) == nil {
+						f.versions[change] = version
 					}
 				}
 			case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-				node, _, _ := strings.Cut(e.GetWorkflowTaskStartedEventAttributes().GetIdentity(), "@")
-				f.tasksBy[node]++
+				f.tasksBy[nodeOf(e.GetWorkflowTaskStartedEventAttributes().GetIdentity())]++
+			case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+				if f.startedBy == "" {
+					f.startedBy = nodeOf(e.GetWorkflowTaskCompletedEventAttributes().GetIdentity())
+				}
 			case enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED:
 				a := e.GetWorkflowTaskFailedEventAttributes()
-				f.taskFailures = append(f.taskFailures, a.GetCause().String()+" by "+a.GetIdentity())
+				f.failures = append(f.failures, taskFailure{node: nodeOf(a.GetIdentity()), cause: a.GetCause()})
 			}
 		}
 		out = append([]runFacts{f}, out...)
@@ -287,19 +301,10 @@ func (c *cluster) runs(workflowID string) []runFacts {
 	}
 }
 
-// resetSticky sends the workflow's next task to its task queue, where any
-// worker polling it may take it, instead of to the worker that has it
-// cached: what a cache eviction or a worker restart does.
-func (c *cluster) resetSticky(workflowID string) {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
-	defer cancel()
-	_, err := c.tc.WorkflowService().ResetStickyTaskQueue(ctx, &workflowservice.ResetStickyTaskQueueRequest{
-		Namespace: "default", Execution: &commonpb.WorkflowExecution{WorkflowId: workflowID},
-	})
-	if err != nil {
-		c.t.Fatalf("reset sticky task queue of %s: %v", workflowID, err)
-	}
+// nodeOf is the node ID of a workflow worker identity (node@host:pid).
+func nodeOf(identity string) string {
+	id, _, _ := strings.Cut(identity, "@")
+	return id
 }
 
 // describe says what a workflow that did not end is waiting for: its
