@@ -52,8 +52,6 @@ type Node struct {
 	Weight float64
 	// FetchConcurrency caps simultaneous HTTP requests on this node.
 	FetchConcurrency int
-	// MaxBatches caps fetch batches running at once on this node.
-	MaxBatches int
 	// HeartbeatInterval is how often the node renews its registry row.
 	HeartbeatInterval time.Duration
 	// TTL: a node whose registry heartbeat is older is dead.
@@ -120,7 +118,6 @@ func Default() Config {
 		Node: Node{
 			Weight:            1,
 			FetchConcurrency:  128,
-			MaxBatches:        32,
 			HeartbeatInterval: 3 * time.Second,
 			TTL:               15 * time.Second,
 			DBConns:           16,
@@ -195,7 +192,9 @@ func (c *Config) NodeFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&n.ID, "node", n.ID, "node ID; its task queue is spiderpool.node.<ID> (env "+EnvNodeID+")")
 	fs.Float64Var(&n.Weight, "weight", n.Weight, "share of hosts relative to other nodes; 0 takes none (env "+EnvNodeWeight+")")
 	fs.IntVar(&n.FetchConcurrency, "fetch-concurrency", n.FetchConcurrency, "simultaneous HTTP requests on this node")
-	fs.IntVar(&n.MaxBatches, "max-batches", n.MaxBatches, "fetch batches running at once on this node")
+	// Kept so a node started with it still starts, and says what to do.
+	fs.Int("max-batches", 32, "ignored")
+	_ = fs.MarkDeprecated("max-batches", "it does nothing since nodes take their batches from Postgres (v0.11.0); remove it")
 	fs.DurationVar(&n.HeartbeatInterval, "heartbeat-interval", n.HeartbeatInterval, "how often the node renews its registry row")
 	fs.DurationVar(&n.TTL, "ttl", n.TTL, "registry heartbeat age past which campaigns treat this node as dead")
 	fs.IntVar(&n.DBConns, "db-conns", n.DBConns, "Postgres connections of this node")
@@ -400,9 +399,6 @@ func (c *Config) ValidateNode() error {
 	}
 	if n.FetchConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("--fetch-concurrency must be >= 1, got %d", n.FetchConcurrency))
-	}
-	if n.MaxBatches < 1 {
-		errs = append(errs, fmt.Errorf("--max-batches must be >= 1, got %d", n.MaxBatches))
 	}
 	if n.TTL < 2*n.HeartbeatInterval {
 		errs = append(errs, fmt.Errorf("--ttl must be at least twice the heartbeat interval %v, got %v", n.HeartbeatInterval, n.TTL))

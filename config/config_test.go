@@ -26,19 +26,19 @@ func parse(t *testing.T, args ...string) (*Config, *pflag.FlagSet) {
 func TestFlagBeatsEnvironmentBeatsDefault(t *testing.T) {
 	isolate(t)
 	t.Setenv("SPIDERPOOL_FETCH_CONCURRENCY", "64")
-	t.Setenv("SPIDERPOOL_MAX_BATCHES", "7")
+	t.Setenv("SPIDERPOOL_DB_CONNS", "7")
 	t.Setenv(EnvTemporalAddress, "temporal.internal:7233")
 	t.Setenv("SPIDERPOOL_JSON", "true") // not configuration: ignored
-	c, fs := parse(t, "--max-batches", "9")
-	if c.Node.FetchConcurrency != 64 || c.Node.MaxBatches != 9 || c.TemporalAddress != "temporal.internal:7233" {
-		t.Fatalf("fetch concurrency %d (env 64), max batches %d (flag 9), temporal %q (env)",
-			c.Node.FetchConcurrency, c.Node.MaxBatches, c.TemporalAddress)
+	c, fs := parse(t, "--db-conns", "9")
+	if c.Node.FetchConcurrency != 64 || c.Node.DBConns != 9 || c.TemporalAddress != "temporal.internal:7233" {
+		t.Fatalf("fetch concurrency %d (env 64), db conns %d (flag 9), temporal %q (env)",
+			c.Node.FetchConcurrency, c.Node.DBConns, c.TemporalAddress)
 	}
 	if c.From.TemporalAddress != EnvTemporalAddress || c.From.DatabaseURL != "default" {
 		t.Errorf("sources %+v", c.From)
 	}
-	if got := SourceOf(fs.Lookup("max-batches")); got != "--max-batches" {
-		t.Errorf("max-batches from %q", got)
+	if got := SourceOf(fs.Lookup("db-conns")); got != "--db-conns" {
+		t.Errorf("db-conns from %q", got)
 	}
 	if got := SourceOf(fs.Lookup("fetch-concurrency")); got != "SPIDERPOOL_FETCH_CONCURRENCY" {
 		t.Errorf("fetch-concurrency from %q", got)
