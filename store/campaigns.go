@@ -241,9 +241,11 @@ func (s *Store) FinishCampaign(ctx context.Context, key int64, outcome string, r
 	return sum, nil
 }
 
-// dropBodies drops every body a campaign keeps for its processors, of
-// every generation (body_chunks, page_bodies), with the pages waiting for
-// them and the batches out. A page that some processor had still to take
+// dropBodies drops every body a campaign keeps for its processors, with
+// the pages waiting for them and the batches out: its chunks, and the
+// bodies releases before v0.11.0 kept per page (page_bodies, with pending
+// or leased deliveries rows), which a campaign of theirs terminated and
+// started again under its ID still has (see docs/upgrading.md). A page that some processor had still to take
 // goes back to pending, its attempts reset and the reason in last_error,
 // so that a run started again under the campaign's ID fetches it and
 // delivers it then; it says how many. Pages every processor took stay as

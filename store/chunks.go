@@ -279,8 +279,8 @@ func dropLostChunked(ctx context.Context, tx pgx.Tx, campaignKey any, chunks, lo
 	return dropChunks(ctx, tx, campaignKey, chunks)
 }
 
-// holdChunks leases, for a held lease, up to most of a processor's pages
-// kept in chunks, oldest chunks first: whole deliveries rows, and the
+// holdChunks leases, for l, up to most of a processor's pages kept in
+// chunks, oldest chunks first: whole deliveries rows, and the
 // head of the last when it has more than the room left. It says the
 // pages, in id order, and the chunk of each.
 func holdChunks(ctx context.Context, tx pgx.Tx, l Lease, most int) (ids, chunks []int64, err error) {
@@ -364,18 +364,25 @@ const chunksWaitingSQL = `
 
 // chunkOf maps each of ids to its chunk (chunks[i] that of ids[i]). A
 // page is read from that chunk only: a retried commit can leave a
-// refused page's copy in a later chunk too, which no delivery names.
+// refused page's copy in a later chunk too, which no delivery names. A
+// page with no chunk (a batch row with ids and no chunks, which only
+// releases before v0.11.0 wrote) is read from none.
 func chunkOf(ids, chunks []int64) map[int64]int64 {
 	m := make(map[int64]int64, len(ids))
-	for i, id := range ids {
-		m[id] = chunks[i]
+	for i := range min(len(ids), len(chunks)) {
+		m[ids[i]] = chunks[i]
 	}
 	return m
 }
 
-// chunkedPages reads the pages of ids, each in its chunk (chunks[i] is
-// that of ids[i]), as leasedPages does.
-func chunkedPages(ctx context.Context, q pgx.Tx, campaignKey int64, ids, chunks []int64, inline, batchBytes int64) ([]LeasedPage, error) {
+// leasedPages reads the pages of ids as processors get them, each from
+// its chunk (chunks[i] that of ids[i]), in id order: a body up to inline
+// bytes comes with its page while the bodies so far stay within
+// batchBytes; any other goes by its token.
+func leasedPages(ctx context.Context, q pgx.Tx, campaignKey int64, ids, chunks []int64, inline, batchBytes int64) ([]LeasedPage, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
 	want := chunkOf(ids, chunks)
 	var out []LeasedPage
 	err := readChunks(ctx, q, chunksOfCampaign, []any{distinct(chunks), campaignKey}, func(chunk int64, secret string, p *chunkPage) {
@@ -495,11 +502,10 @@ func distinct(xs []int64) []int64 {
 
 // DropUnheldChunks drops a campaign's chunks that nothing refers to any
 // more: no page of them still to take, none in a batch out. Stores drop
-// chunks as they go; one is left only when a batch's outcome was stored
-// by a node built before chunks (the regular-activity fallback, while
-// Postgres was away, during an upgrade). References only ever move
-// between a chunk's deliveries rows and batches, so a chunk with none
-// gets none again: this is safe at any time.
+// chunks as they go (StoreProcessed; a commit, those left with no page
+// it recorded), so this is a net for any left. References only ever
+// move between a chunk's deliveries rows and batches, so a chunk with
+// none gets none again: this is safe at any time.
 func (s *Store) DropUnheldChunks(ctx context.Context, campaignKey int64) (int, error) {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM body_chunks b WHERE b.campaign = $1 AND `+unheldChunk, campaignKey)
 	if err != nil {

@@ -83,7 +83,7 @@ func TestChunkedPagesAreDeliveredOnce(t *testing.T) {
 	}
 	lease := func(proc string, run, seq int64, max int, inline int64) store.DeliveryLease {
 		t.Helper()
-		l, err := s.LeaseDeliveries(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: proc, ID: run<<32 | seq, Held: true},
+		l, err := s.LeaseDeliveries(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: proc, ID: run<<32 | seq},
 			max, inline, 1<<20, 100)
 		if err != nil {
 			t.Fatal(err)
@@ -136,7 +136,7 @@ func TestChunkedPagesAreDeliveredOnce(t *testing.T) {
 		t.Errorf("with two batches out: p %+v, want 1 pending, 7 in flight", c)
 	}
 	// The links a processor returns are resolved against the page's final URL.
-	lp, err := s.DeliveryPages(ctx, store.Lease{CampaignKey: key, Processor: "p", ID: 1<<32 | 2, Held: true}, pages[3:5])
+	lp, err := s.DeliveryPages(ctx, store.Lease{CampaignKey: key, Processor: "p", ID: 1<<32 | 2}, pages[3:5])
 	if err != nil || lp[pages[4]].FinalURL != fmt.Sprintf("http://final.test/%d", pages[4]) {
 		t.Errorf("DeliveryPages: %+v (%v), want the final URL kept in the chunk", lp, err)
 	}
@@ -158,7 +158,7 @@ func TestChunkedPagesAreDeliveredOnce(t *testing.T) {
 		for _, p := range l.Pages {
 			results = append(results, store.Processed{ID: p.ID})
 		}
-		n, err := s.StoreProcessed(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: proc, ID: run<<32 | seq, Held: true}, results)
+		n, err := s.StoreProcessed(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: proc, ID: run<<32 | seq}, results)
 		if err != nil || n != len(results) {
 			t.Fatalf("store %s's batch: %d (%v), want %d", proc, n, err, len(results))
 		}
@@ -200,7 +200,7 @@ func TestUnheldChunksAreDropped(t *testing.T) {
 	}
 	// The first chunk: q's pages in a batch out, p's stored the old way
 	// (the batch row gone, the chunk left). The second: pages to take.
-	l := store.Lease{CampaignKey: key, CampaignID: "c", Processor: "q", ID: 1<<32 | 1, Held: true}
+	l := store.Lease{CampaignKey: key, CampaignID: "c", Processor: "q", ID: 1<<32 | 1}
 	if lease, err := s.LeaseDeliveries(ctx, l, 5, 1<<10, 1<<20, 100); err != nil || len(lease.Pages) != 5 {
 		t.Fatalf("q's lease: %d pages (%v), want the first chunk's 5", len(lease.Pages), err)
 	}
@@ -228,7 +228,7 @@ func TestUnheldChunksAreDropped(t *testing.T) {
 func TestBodyTokenOpensOnlyItsPage(t *testing.T) {
 	s := harness.OpenStore(t)
 	key, pages := chunkedCampaign(t, s)
-	l, err := s.LeaseDeliveries(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: 1<<32 | 1, Held: true}, 2, 0, 1<<20, 100)
+	l, err := s.LeaseDeliveries(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: 1<<32 | 1}, 2, 0, 1<<20, 100)
 	if err != nil || len(l.Pages) != 2 || l.Pages[0].ID != pages[0] || l.Pages[1].ID != pages[1] {
 		t.Fatalf("lease %+v (%v), want the first two pages", l.Pages, err)
 	}

@@ -16,11 +16,12 @@ func (s *Store) LeaseUnderWay(ctx context.Context, l Lease, max int) (ids []int6
 		}
 		return tx.Rollback(ctx)
 	}
-	if ids, _, _, err = leaseOrReclaim(ctx, tx, l, max); err != nil {
+	b, err := leaseOrReclaim(ctx, tx, l, max)
+	if err != nil {
 		_ = tx.Rollback(ctx)
 		return nil, nil, err
 	}
-	return ids, end, nil
+	return b.ids, end, nil
 }
 
 // WaitsForLock says whether a session of the store's database waits for

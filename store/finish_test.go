@@ -105,7 +105,7 @@ func TestCancelledCampaignDropsItsBodies(t *testing.T) {
 	// batch; p has 3-5 still to take, q 5.
 	lease := func(proc string, seq int64, max int, storeToo bool) {
 		t.Helper()
-		l := store.Lease{CampaignKey: key, CampaignID: t.Name(), Processor: proc, ID: 1<<32 | seq, Held: true}
+		l := store.Lease{CampaignKey: key, CampaignID: t.Name(), Processor: proc, ID: 1<<32 | seq}
 		got, err := s.LeaseDeliveries(ctx, l, max, 1<<10, 1<<20, 100)
 		if err != nil || len(got.Pages) != max {
 			t.Fatalf("lease for %s: %d pages (%v), want %d", proc, len(got.Pages), err, max)
@@ -253,7 +253,7 @@ func TestCancelledRecurringCampaignRefetchesItsUnprocessedPages(t *testing.T) {
 	}
 	// Both processors take page 0; page 1 waits.
 	for i, proc := range []string{"p", "q"} {
-		l := store.Lease{CampaignKey: key, CampaignID: t.Name(), Processor: proc, ID: 1<<32 | int64(i+1), Held: true}
+		l := store.Lease{CampaignKey: key, CampaignID: t.Name(), Processor: proc, ID: 1<<32 | int64(i+1)}
 		got, err := s.LeaseDeliveries(ctx, l, 1, 1<<10, 1<<20, 100)
 		if err != nil || len(got.Pages) != 1 || got.Pages[0].ID != claimed[0].ID {
 			t.Fatalf("lease for %s: %+v (%v), want page %d", proc, got.Pages, err, claimed[0].ID)

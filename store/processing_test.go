@@ -16,41 +16,37 @@ import (
 	"github.com/spiderpool/spiderpool/tests/harness"
 )
 
-// TestResetReleasesOnlyOtherRunsLeases: a run's first lease returns to
-// pending what earlier runs held (their batches may never come back),
-// and never what batches of its own run hold, which run beside it.
-func TestResetReleasesOnlyOtherRunsLeases(t *testing.T) {
-	bothLeaseKinds(t, testResetReleasesOnlyOtherRunsLeases)
-}
-
-// bothLeaseKinds runs test with each way a lease holds its pages (see
-// store.Lease): marking them leased, and held by the batch.
-func bothLeaseKinds(t *testing.T, test func(t *testing.T, held bool)) {
-	t.Run("marked leased", func(t *testing.T) { test(t, false) })
-	t.Run("held by the batch", func(t *testing.T) { test(t, true) })
-}
-
-// queueForProcessor keeps a body for each page of a campaign (body
-// "body", header Etag x, token tok<id>) and queues it for processor p.
-func queueForProcessor(t *testing.T, s *store.Store, key int64) {
+// queueForProcessor commits n fetched pages of a new campaign, kept for
+// processor p in one chunk (each body "body", header Etag x); it says the
+// campaign and the pages, in id order.
+func queueForProcessor(t *testing.T, s *store.Store, n int) (key int64, pages []int64) {
 	t.Helper()
-	if _, err := s.Pool().Exec(ctx, `
-		INSERT INTO page_bodies (url_id, campaign, final_url, status, headers, fetched_at, body, sha256, token)
-		SELECT id, campaign, url, 200, '{"Etag":["x"]}', now(), 'body', 'sum' || id, 'tok' || id FROM frontier WHERE campaign = $1`, key); err != nil {
-		t.Fatal(err)
+	var raw []string
+	for i := range n {
+		raw = append(raw, fmt.Sprintf("http://a.test/%d", i))
 	}
-	if _, err := s.Pool().Exec(ctx, `
-		INSERT INTO deliveries (campaign, processor, url_id) SELECT campaign, 'p', id FROM frontier WHERE campaign = $1`, key); err != nil {
-		t.Fatal(err)
+	key, n1, _, claimed := claimPages(t, s, n, raw...)
+	var outs []store.Outcome
+	for _, c := range claimed {
+		outs = append(outs, store.Outcome{ID: c.ID, State: store.Fetched, Attempted: true, Status: 200,
+			Page: &store.Page{Status: 200, ContentType: "text/html", FetchedAt: time.Now()},
+			Body: &store.PageBody{Processors: []string{"p"}, URL: c.URL, Depth: c.Depth, FinalURL: c.URL, Status: 200,
+				Header: http.Header{"Etag": {"x"}}, ContentType: "text/html", FetchedAt: time.Now(), Body: []byte("body")}})
+		pages = append(pages, c.ID)
 	}
+	if res, err := s.Commit(ctx, key, n1, "n1", outs, nil); err != nil || len(res.Accepted) != n {
+		t.Fatalf("commit accepted %v (%v), want %d pages", res.Accepted, err, n)
+	}
+	slices.Sort(pages)
+	return key, pages
 }
 
 // runLeases leases up to 3 of processor p's pages under lease seq of a
 // run, and gives their ids.
-func runLeases(t *testing.T, s *store.Store, key int64, held bool) func(run, seq int64) []int64 {
+func runLeases(t *testing.T, s *store.Store, key int64) func(run, seq int64) []int64 {
 	return func(run, seq int64) []int64 {
 		t.Helper()
-		l, err := s.LeaseDeliveries(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: run<<32 | seq, Held: held},
+		l, err := s.LeaseDeliveries(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: run<<32 | seq},
 			3, 1<<10, 1<<20, 100)
 		if err != nil {
 			t.Fatal(err)
@@ -63,12 +59,14 @@ func runLeases(t *testing.T, s *store.Store, key int64, held bool) func(run, seq
 	}
 }
 
-func testResetReleasesOnlyOtherRunsLeases(t *testing.T, held bool) {
+// TestResetReleasesOnlyOtherRunsLeases: a run's first lease returns to
+// pending what earlier runs held (their batches may never come back),
+// and never what batches of its own run hold, which run beside it.
+func TestResetReleasesOnlyOtherRunsLeases(t *testing.T) {
 	s := harness.OpenStore(t)
-	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 6)
-	queueForProcessor(t, s, key)
+	key, _ := queueForProcessor(t, s, 6)
 	const oldRun, newRun = int64(7), int64(9)
-	lease := runLeases(t, s, key, held)
+	lease := runLeases(t, s, key)
 	old := lease(oldRun, 1)
 	mine := lease(newRun, 1)
 	if len(old) != 3 || len(mine) != 3 {
@@ -98,15 +96,10 @@ func testResetReleasesOnlyOtherRunsLeases(t *testing.T, held bool) {
 // in the middle of its lease) takes nothing, a late reset of that run
 // releases nothing, and that run's batch stores nothing.
 func TestEndedRunsLeaseNothing(t *testing.T) {
-	bothLeaseKinds(t, testEndedRunsLeaseNothing)
-}
-
-func testEndedRunsLeaseNothing(t *testing.T, held bool) {
 	s := harness.OpenStore(t)
-	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 9)
-	queueForProcessor(t, s, key)
+	key, _ := queueForProcessor(t, s, 9)
 	const oldRun, newRun = int64(7), int64(9)
-	lease := runLeases(t, s, key, held)
+	lease := runLeases(t, s, key)
 	reset := func(run int64) int {
 		t.Helper()
 		n, err := s.ReleaseDeliveries(ctx, key, "p", run)
@@ -143,14 +136,11 @@ func testEndedRunsLeaseNothing(t *testing.T, held bool) {
 	if n, err := s.DeliveriesWaiting(ctx, key, "p", 100); err != nil || n != 0 {
 		t.Errorf("%d pages pending (%v), want none: the live run's batches hold them all", n, err)
 	}
-	if !held {
-		return // a marked lease's store records what is leased, whoever leased it: once, as before
-	}
 	var results []store.Processed
 	for _, id := range old {
 		results = append(results, store.Processed{ID: id, Items: []json.RawMessage{json.RawMessage(`{"late":true}`)}})
 	}
-	if n, err := s.StoreProcessed(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: oldRun<<32 | 1, Held: held}, results); err != nil || n != 0 {
+	if n, err := s.StoreProcessed(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: oldRun<<32 | 1}, results); err != nil || n != 0 {
 		t.Errorf("the ended run's batch stored %d pages (%v), want none: the live run has them", n, err)
 	}
 }
@@ -160,15 +150,10 @@ func testEndedRunsLeaseNothing(t *testing.T, held bool) {
 // late), finding nothing pending, takes back nothing the live run's
 // batches hold: they are in flight, not stranded.
 func TestLateLeaseNeverReclaimsTheLiveRunsBatches(t *testing.T) {
-	bothLeaseKinds(t, testLateLeaseNeverReclaimsTheLiveRunsBatches)
-}
-
-func testLateLeaseNeverReclaimsTheLiveRunsBatches(t *testing.T, held bool) {
 	s := harness.OpenStore(t)
-	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 9)
-	queueForProcessor(t, s, key)
+	key, _ := queueForProcessor(t, s, 9)
 	const firstRun, lateRun, liveRun = int64(7), int64(8), int64(9)
-	lease := runLeases(t, s, key, held)
+	lease := runLeases(t, s, key)
 	if _, err := s.ReleaseDeliveries(ctx, key, "p", firstRun); err != nil {
 		t.Fatal(err)
 	}
@@ -191,18 +176,13 @@ func testLateLeaseNeverReclaimsTheLiveRunsBatches(t *testing.T, held bool) {
 // failed or was terminated (all its leases, told apart by their low 8
 // bits) return to pending; a live child's stay where they are.
 func TestFailedChildsBatchesGoBack(t *testing.T) {
-	bothLeaseKinds(t, testFailedChildsBatchesGoBack)
-}
-
-func testFailedChildsBatchesGoBack(t *testing.T, held bool) {
 	s := harness.OpenStore(t)
-	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 9)
-	queueForProcessor(t, s, key)
+	key, _ := queueForProcessor(t, s, 9)
 	const run = int64(9)
 	if _, err := s.ReleaseDeliveries(ctx, key, "p", run); err != nil {
 		t.Fatal(err)
 	}
-	lease := runLeases(t, s, key, held)
+	lease := runLeases(t, s, key)
 	failed := append(lease(run, 1<<8|0), lease(run, 1<<8|1)...) // child 1: two batches
 	live := lease(run, 2<<8|0)                                  // child 2
 	if len(failed) != 6 || len(live) != 3 {
@@ -225,13 +205,12 @@ func testFailedChildsBatchesGoBack(t *testing.T, held bool) {
 // of its lease) commits first, and the reset returns what it took.
 func TestResetWaitsForTheLeaseUnderWay(t *testing.T) {
 	s := harness.OpenStore(t)
-	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 6)
-	queueForProcessor(t, s, key)
+	key, _ := queueForProcessor(t, s, 6)
 	const oldRun, newRun = int64(7), int64(9)
 	if _, err := s.ReleaseDeliveries(ctx, key, "p", oldRun); err != nil {
 		t.Fatal(err)
 	}
-	ids, end, err := s.LeaseUnderWay(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: oldRun<<32 | 1, Held: true}, 3)
+	ids, end, err := s.LeaseUnderWay(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: oldRun<<32 | 1}, 3)
 	if err != nil || len(ids) != 3 {
 		t.Fatalf("the lease under way took %v (%v), want 3 pages", ids, err)
 	}
@@ -270,70 +249,16 @@ func TestResetWaitsForTheLeaseUnderWay(t *testing.T) {
 	}
 }
 
-// TestBodiesByTokens: one query returns the kept bodies of many tokens, and
-// leaves out a token that names none. A token that starts with its page's
-// id is looked up by the page; one written before tokens carried the id
-// (ab<id> here) by the token alone. A keyed token with a wrong secret
-// names nothing.
-func TestBodiesByTokens(t *testing.T) {
-	s := harness.OpenStore(t)
-	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 4)
-	var ids []int64
-	if err := s.Pool().QueryRow(ctx, `SELECT array_agg(id ORDER BY id) FROM frontier WHERE campaign = $1`, key).Scan(&ids); err != nil {
-		t.Fatal(err)
-	}
-	keyed := func(id int64, secret int) string { return fmt.Sprintf("%016x%032x", id, secret) }
-	if _, err := s.Pool().Exec(ctx, `
-		INSERT INTO page_bodies (url_id, campaign, final_url, status, headers, fetched_at, body, sha256, token)
-		SELECT id, campaign, url, 200, '{}', now(), convert_to('body ' || id, 'UTF8'), '',
-		       CASE WHEN id = $2 THEN 'ab' || id ELSE lpad(to_hex(id), 16, '0') || lpad(to_hex(7), 32, '0') END
-		FROM frontier WHERE campaign = $1`, key, ids[0]); err != nil {
-		t.Fatal(err)
-	}
-	tokens := []string{keyed(ids[2], 7), "ffff", fmt.Sprintf("ab%d", ids[0]), keyed(ids[3], 8), keyed(ids[1], 7)}
-	got, err := s.Bodies(ctx, tokens)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{
-		tokens[0]: fmt.Sprintf("body %d", ids[2]),
-		tokens[2]: fmt.Sprintf("body %d", ids[0]),
-		tokens[4]: fmt.Sprintf("body %d", ids[1]),
-	}
-	if len(got) != len(want) {
-		t.Errorf("got %d bodies, want %d", len(got), len(want))
-	}
-	for tok, body := range want {
-		if string(got[tok]) != body {
-			t.Errorf("body of %s: %q, want %q", tok, got[tok], body)
-		}
-		one, _, err := s.Body(ctx, tok)
-		if err != nil || string(one) != body {
-			t.Errorf("Body(%s) = %q, %v; want %q", tok, one, err, body)
-		}
-	}
-	for _, tok := range []string{tokens[1], tokens[3]} {
-		if _, _, err := s.Body(ctx, tok); !errors.Is(err, store.ErrNoBody) {
-			t.Errorf("Body(%s): %v, want ErrNoBody", tok, err)
-		}
-	}
-}
-
 // TestBatchByReference: a batch leased by reference is named by a token,
 // the same when the lease is asked again; the token serves the batch's
 // pages, each body by its own token, until the batch's outcome is stored
 // or a later run resets the lease.
 func TestBatchByReference(t *testing.T) {
-	bothLeaseKinds(t, testBatchByReference)
-}
-
-func testBatchByReference(t *testing.T, held bool) {
 	s := harness.OpenStore(t)
-	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 5)
-	queueForProcessor(t, s, key)
+	key, _ := queueForProcessor(t, s, 5)
 	const run = int64(5)
 	lease := func(processor string, id int64) store.Lease {
-		return store.Lease{CampaignKey: key, CampaignID: "c", Processor: processor, ID: id, Held: held}
+		return store.Lease{CampaignKey: key, CampaignID: "c", Processor: processor, ID: id}
 	}
 	first, err := s.LeaseBatch(ctx, lease("p", run<<32|1), 3, 100)
 	if err != nil {
@@ -361,8 +286,11 @@ func testBatchByReference(t *testing.T, held bool) {
 		if err := json.Unmarshal(p.Header, &h); err != nil || h.Get("Etag") != "x" {
 			t.Errorf("page %d: headers %s (%v): want Etag x", i, p.Header, err)
 		}
-		if p.ID != first.IDs[i] || p.Body != nil || p.Token != fmt.Sprintf("tok%d", p.ID) || p.Length != 4 {
+		if p.ID != first.IDs[i] || p.Body != nil || p.Token == "" || p.Length != 4 {
 			t.Errorf("page %d: %+v: want page %d, its body by token only", i, p, first.IDs[i])
+		}
+		if body, _, err := s.Body(ctx, p.Token); err != nil || string(body) != "body" {
+			t.Errorf("page %d: Body(%s) = %q, %v; want %q", i, p.Token, body, err, "body")
 		}
 	}
 	// Asked with room for bodies, the batch carries them in its pages.
@@ -378,7 +306,7 @@ func testBatchByReference(t *testing.T, held bool) {
 	if _, err := s.StoreProcessed(ctx, lease("p", run<<32|1), []store.Processed{{ID: first.IDs[0]}, {ID: first.IDs[1]}, {ID: first.IDs[2]}}); err != nil {
 		t.Fatal(err)
 	}
-	// Stored, the batch serves nothing, even before its token is dropped.
+	// Stored, the batch serves nothing: its row went with the store.
 	if _, err := s.BatchByToken(ctx, first.Token, 0, 0); !errors.Is(err, store.ErrNoBatch) {
 		t.Errorf("a stored batch's token gave %v, want ErrNoBatch", err)
 	}
@@ -390,11 +318,8 @@ func testBatchByReference(t *testing.T, held bool) {
 		}
 		return n
 	}
-	if err := s.DropBatch(ctx, first.Token); err != nil {
-		t.Fatal(err)
-	}
 	if n := named(first.Token); n != 0 {
-		t.Errorf("a dropped batch is still named %d times", n)
+		t.Errorf("a stored batch is still named %d times", n)
 	}
 	// A batch of an ended run: the next run's reset drops its token.
 	orphan, err := s.LeaseBatch(ctx, lease("p", (run+1)<<32|1), 3, 100)
@@ -412,19 +337,14 @@ func testBatchByReference(t *testing.T, held bool) {
 	}
 }
 
-// TestStoreProcessedRecordsOnce: a batch's outcome is recorded once,
-// whichever way its lease holds the pages: done pages count as processed
-// with their items, a failed one keeps its error, their bodies go, and
-// the same outcome stored again changes nothing.
+// TestStoreProcessedRecordsOnce: a batch's outcome is recorded once: done
+// pages count as processed with their items, a failed one keeps its
+// error, and the same outcome stored again changes nothing. The chunk
+// stays while a page of it waits, and goes with the last page's store.
 func TestStoreProcessedRecordsOnce(t *testing.T) {
-	bothLeaseKinds(t, testStoreProcessedRecordsOnce)
-}
-
-func testStoreProcessedRecordsOnce(t *testing.T, held bool) {
 	s := harness.OpenStore(t)
-	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 4)
-	queueForProcessor(t, s, key)
-	l := store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: 3<<32 | 1, Held: held}
+	key, _ := queueForProcessor(t, s, 4)
+	l := store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: 3<<32 | 1}
 	lease, err := s.LeaseDeliveries(ctx, l, 3, 1<<10, 1<<20, 100)
 	if err != nil || len(lease.Pages) != 3 {
 		t.Fatalf("lease: %d pages, %v: want 3", len(lease.Pages), err)
@@ -456,16 +376,34 @@ func testStoreProcessedRecordsOnce(t *testing.T, held bool) {
 	if c.Processed != 2 || c.Failed != 1 || c.Items != 2 || c.Pending != 1 || c.Leased != 0 || c.LastError != "boom" {
 		t.Errorf("after the store: %+v, want 2 processed with 2 items, 1 failed (boom), 1 pending", c)
 	}
-	var bodies, items int
-	if err := s.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM page_bodies WHERE campaign = $1), (SELECT count(*) FROM items WHERE campaign = $1)`,
-		key).Scan(&bodies, &items); err != nil {
+	chunks := func() int {
+		t.Helper()
+		var n int
+		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM body_chunks WHERE campaign = $1`, key).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var items int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM items WHERE campaign = $1`, key).Scan(&items); err != nil {
 		t.Fatal(err)
 	}
-	if bodies != 1 || items != 2 {
-		t.Errorf("%d bodies and %d items kept, want the pending page's body and 2 items", bodies, items)
+	if n := chunks(); n != 1 || items != 2 {
+		t.Errorf("%d chunks and %d items kept, want the pending page's chunk and 2 items", n, items)
 	}
 	if n, err := s.DeliveriesWaiting(ctx, key, "p", 10); err != nil || n != 1 {
 		t.Errorf("%d pages waiting, %v: want 1", n, err)
+	}
+	last := store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: 3<<32 | 2}
+	lease, err = s.LeaseDeliveries(ctx, last, 3, 1<<10, 1<<20, 100)
+	if err != nil || len(lease.Pages) != 1 {
+		t.Fatalf("the last lease: %d pages, %v: want 1", len(lease.Pages), err)
+	}
+	if n, err := s.StoreProcessed(ctx, last, []store.Processed{{ID: lease.Pages[0].ID}}); err != nil || n != 1 {
+		t.Fatalf("the last store: %d pages, %v: want 1", n, err)
+	}
+	if n := chunks(); n != 0 {
+		t.Errorf("%d chunks kept after every page was stored, want none", n)
 	}
 }
 
@@ -536,7 +474,7 @@ func TestChunksAreKeptCompressed(t *testing.T) {
 	if got, want := compressions(t, s, key), []string{"lz4", "none"}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("chunks kept compressed as %v, want %v", got, want)
 	}
-	lease, err := s.LeaseDeliveries(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: 1 << 32, Held: true}, 10, 0, 0, 100)
+	lease, err := s.LeaseDeliveries(ctx, store.Lease{CampaignKey: key, CampaignID: "c", Processor: "p", ID: 1 << 32}, 10, 0, 0, 100)
 	if err != nil || len(lease.Pages) != len(all) {
 		t.Fatalf("lease: %d pages (%v), want %d", len(lease.Pages), err, len(all))
 	}
@@ -559,61 +497,4 @@ func compressions(t *testing.T, s *store.Store, key int64) []string {
 		t.Fatal(err)
 	}
 	return out
-}
-
-// TestBodyStaysWhileAnotherProcessorWaits: storing one processor's batch
-// drops the bodies of its pages that no other processor waits for, and
-// keeps those another processor's batch holds or has still to lease.
-func TestBodyStaysWhileAnotherProcessorWaits(t *testing.T) {
-	bothLeaseKinds(t, testBodyStaysWhileAnotherProcessorWaits)
-}
-
-func testBodyStaysWhileAnotherProcessorWaits(t *testing.T, held bool) {
-	s := harness.OpenStore(t)
-	key := politeCampaign(t, s, t.Name(), time.Second, 1, 1, 2)
-	queueForProcessor(t, s, key)
-	if _, err := s.Pool().Exec(ctx, `
-		INSERT INTO deliveries (campaign, processor, url_id) SELECT campaign, 'q', id FROM frontier WHERE campaign = $1`, key); err != nil {
-		t.Fatal(err)
-	}
-	leaseAndStore := func(processor string, seq int64, max int, storeToo bool) []int64 {
-		t.Helper()
-		l := store.Lease{CampaignKey: key, CampaignID: "c", Processor: processor, ID: 3<<32 | seq, Held: held}
-		lease, err := s.LeaseDeliveries(ctx, l, max, 1<<10, 1<<20, 100)
-		if err != nil || len(lease.Pages) != max {
-			t.Fatalf("lease for %s: %d pages, %v: want %d", processor, len(lease.Pages), err, max)
-		}
-		var results []store.Processed
-		var ids []int64
-		for _, p := range lease.Pages {
-			results, ids = append(results, store.Processed{ID: p.ID}), append(ids, p.ID)
-		}
-		if storeToo {
-			if n, err := s.StoreProcessed(ctx, l, results); err != nil || n != max {
-				t.Fatalf("store for %s: %d pages, %v: want %d", processor, n, err, max)
-			}
-		}
-		return ids
-	}
-	bodies := func() []int64 {
-		t.Helper()
-		return int64s(t, s, `SELECT coalesce(array_agg(url_id ORDER BY url_id), '{}') FROM page_bodies WHERE campaign = $1`, key)
-	}
-	qFirst := leaseAndStore("q", 1, 1, false) // out, not yet stored
-	pages := leaseAndStore("p", 1, 2, true)
-	if got := bodies(); fmt.Sprint(got) != fmt.Sprint(pages) {
-		t.Fatalf("after p's batch: bodies %v kept, want both %v (one in q's batch, one waiting for q)", got, pages)
-	}
-	l := store.Lease{CampaignKey: key, CampaignID: "c", Processor: "q", ID: 3<<32 | 1, Held: held}
-	if n, err := s.StoreProcessed(ctx, l, []store.Processed{{ID: qFirst[0]}}); err != nil || n != 1 {
-		t.Fatalf("store q's first batch: %d, %v", n, err)
-	}
-	rest := slices.DeleteFunc(slices.Clone(pages), func(id int64) bool { return id == qFirst[0] })
-	if got := bodies(); fmt.Sprint(got) != fmt.Sprint(rest) {
-		t.Fatalf("after q's first batch: bodies %v kept, want %v (waiting for q)", got, rest)
-	}
-	leaseAndStore("q", 2, 1, true)
-	if got := bodies(); len(got) != 0 {
-		t.Errorf("after every batch: bodies %v kept, want none", got)
-	}
 }
