@@ -9,6 +9,8 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+
+	"github.com/spiderpool/spiderpool/retry"
 )
 
 // HistoryCost is what a campaign cost its Temporal histories: events,
@@ -96,7 +98,7 @@ func CampaignHistoryCost(ctx context.Context, c client.Client, workflowID string
 // and at least least of them (it is eventually consistent: a run that
 // just closed may take a moment to show). It looks again until ctx ends.
 func ClosedRuns(ctx context.Context, c client.Client, workflowID string, least int) ([]*workflowpb.WorkflowExecutionInfo, error) {
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+	for wait := retry.Backoff(50*time.Millisecond, time.Second); ; {
 		var runs []*workflowpb.WorkflowExecutionInfo
 		open := 0
 		var token []byte
@@ -120,10 +122,8 @@ func ClosedRuns(ctx context.Context, c client.Client, workflowID string, least i
 		if open == 0 && len(runs) >= least {
 			return runs, nil
 		}
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx.Done(), wait) {
 			return runs, fmt.Errorf("visibility lists %d runs of %s, %d of them open: %w", len(runs), workflowID, open, ctx.Err())
-		case <-time.After(wait):
 		}
 	}
 }

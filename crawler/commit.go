@@ -11,6 +11,7 @@ import (
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/crawl"
 	"github.com/spiderpool/spiderpool/metrics"
+	"github.com/spiderpool/spiderpool/retry"
 	"github.com/spiderpool/spiderpool/store"
 )
 
@@ -380,7 +381,7 @@ func (c *committer) recordVisits(ctx context.Context, chunk []settlement, accept
 // gives up only once the process has closed its commits (see Close).
 func (c *committer) retry(what string, fn func() error) {
 	h := c.h
-	wait := 250 * time.Millisecond
+	wait := retry.Backoff(250*time.Millisecond, 8*time.Second)
 	for attempt := 1; ; attempt++ {
 		err := fn()
 		if err == nil {
@@ -391,11 +392,7 @@ func (c *committer) retry(what string, fn func() error) {
 			return
 		}
 		h.log.Warn(what+" failed, retrying", "campaign_key", c.key, "attempt", attempt, "error", err)
-		select {
-		case <-h.life.Done():
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 8*time.Second)
+		retry.Sleep(h.life.Done(), wait)
 	}
 }
 

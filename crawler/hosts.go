@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spiderpool/spiderpool/fetch"
+	"github.com/spiderpool/spiderpool/retry"
 	"github.com/spiderpool/spiderpool/store"
 )
 
@@ -575,7 +576,7 @@ func (h *host) wakeLocked() {
 // claim makes sure this node holds the host's claim, waiting while another
 // node holds it.
 func (h *host) claim(ctx context.Context, stop <-chan struct{}) bool {
-	backoff := 50 * time.Millisecond
+	wait := retry.Backoff(50*time.Millisecond, time.Second)
 	for {
 		h.claimMu.Lock()
 		h.mu.Lock()
@@ -602,12 +603,9 @@ func (h *host) claim(ctx context.Context, stop <-chan struct{}) bool {
 		if err != nil {
 			h.t.log.Warn("claim host", "host", h.key, "error", err)
 		}
-		select {
-		case <-stop:
+		if !retry.Sleep(stop, wait) {
 			return false
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/retry"
 	"github.com/spiderpool/spiderpool/store"
 )
 
@@ -123,15 +124,11 @@ func (p *Puller) Stop(ctx context.Context) {
 // trying until ctx ends.
 func (p *Puller) Flush(ctx context.Context) {
 	<-p.flushed
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
-		if p.flush(ctx) {
-			return
-		}
-		select {
-		case <-ctx.Done():
+	wait := retry.Backoff(100*time.Millisecond, 2*time.Second)
+	for !p.flush(ctx) {
+		if !retry.Sleep(ctx.Done(), wait) {
 			p.log.Warn("gave up reporting finished batches; the campaigns count their pages from Postgres at the end")
 			return
-		case <-time.After(wait):
 		}
 	}
 }
@@ -193,7 +190,7 @@ func (p *Puller) run(ctx context.Context, b campaign.FetchBatchRequest) {
 	p.mu.Lock()
 	p.spans[b.Batch] = span
 	p.mu.Unlock()
-	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 8*time.Second) {
+	for wait := retry.Backoff(250*time.Millisecond, 8*time.Second); ; {
 		err := e.Take(ctx, b)
 		if err == nil {
 			return
@@ -206,10 +203,8 @@ func (p *Puller) run(ctx context.Context, b campaign.FetchBatchRequest) {
 			return // stopping: the batch goes with its holder (see Stop)
 		}
 		p.log.Warn("claim a taken batch, retrying", "campaign", b.CampaignID, "node", b.Node, "lease", b.LeaseID, "error", err)
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx.Done(), wait) {
 			return
-		case <-time.After(wait):
 		}
 	}
 }
