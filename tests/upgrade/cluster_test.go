@@ -236,13 +236,15 @@ type runFacts struct {
 	failures []taskFailure
 }
 
-// taskFailure is a failed workflow task: the node that failed it and why.
+// taskFailure is a failed workflow task: the node that failed it, why,
+// and the start of the failure's message.
 type taskFailure struct {
-	node  string
-	cause enumspb.WorkflowTaskFailedCause
+	node    string
+	cause   enumspb.WorkflowTaskFailedCause
+	message string
 }
 
-func (f taskFailure) String() string { return f.node + " " + f.cause.String() }
+func (f taskFailure) String() string { return fmt.Sprintf("%s %s (%q)", f.node, f.cause, f.message) }
 
 // The SDK's version marker (workflow.GetVersion) and its details.
 const (
@@ -290,7 +292,8 @@ func (c *cluster) runs(workflowID string) []runFacts {
 				}
 			case enumspb.EVENT_TYPE_WORKFLOW_TASK_FAILED:
 				a := e.GetWorkflowTaskFailedEventAttributes()
-				f.failures = append(f.failures, taskFailure{node: nodeOf(a.GetIdentity()), cause: a.GetCause()})
+				msg := a.GetFailure().GetMessage()
+				f.failures = append(f.failures, taskFailure{node: nodeOf(a.GetIdentity()), cause: a.GetCause(), message: msg[:min(len(msg), 300)]})
 			}
 		}
 		out = append([]runFacts{f}, out...)
