@@ -338,3 +338,11 @@ func (s *Store) RunningCampaigns(ctx context.Context) ([]CampaignRef, error) {
 		return c, r.Scan(&c.Key, &c.ID)
 	})
 }
+
+// collectIDs reads a column of ids.
+func collectIDs(rows pgx.Rows, err error) ([]int64, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}

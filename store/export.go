@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 )
@@ -77,6 +78,49 @@ func (s *Store) ExportPages(ctx context.Context, campaignKey int64, all bool, fn
 	}
 	if err := rows.Err(); err != nil {
 		return n, fmt.Errorf("export pages of campaign %d: %w", campaignKey, err)
+	}
+	return n, nil
+}
+
+// Item is one item as `campaign export --items` writes it.
+type Item struct {
+	Processor string          `json:"processor"`
+	URL       string          `json:"url"`
+	Item      json.RawMessage `json:"item"`
+	// CarriedFrom, on an item of a page that did not change in this run
+	// of a recurring campaign (see Carry), is the ID of the run that
+	// fetched the version the processor made it of.
+	CarriedFrom string `json:"carried_from,omitempty"`
+}
+
+// ExportItems streams a campaign's items (one processor's, when named),
+// by processor, page and order within the page.
+func (s *Store) ExportItems(ctx context.Context, campaignKey int64, processor string, fn func(Item) error) (int, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT i.processor, f.url, i.item::text, coalesce(c.id, '')
+		FROM items i JOIN frontier f ON f.id = i.url_id
+		LEFT JOIN campaigns c ON c.key = i.carried_from
+		WHERE i.campaign = $1 AND ($2 = '' OR i.processor = $2)
+		ORDER BY i.processor, i.url_id, i.seq`, campaignKey, processor)
+	if err != nil {
+		return 0, fmt.Errorf("export items of campaign %d: %w", campaignKey, err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var it Item
+		var raw string
+		if err := rows.Scan(&it.Processor, &it.URL, &raw, &it.CarriedFrom); err != nil {
+			return n, fmt.Errorf("export items of campaign %d: %w", campaignKey, err)
+		}
+		it.Item = json.RawMessage(raw)
+		if err := fn(it); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return n, fmt.Errorf("export items of campaign %d: %w", campaignKey, err)
 	}
 	return n, nil
 }
