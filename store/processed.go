@@ -25,53 +25,16 @@ type Processed struct {
 // its error. A page the lease no longer holds (recorded already, or
 // returned to pending by a later run) is left alone. Chunks no processor
 // has pages of any more are dropped.
-func (s *Store) StoreProcessed(ctx context.Context, l Lease, results []Processed) (stored int, err error) {
-	var firsts []Processed // each page's first entry: a page twice in one result counts once
-	once := make(map[int64]bool, len(results))
-	for _, r := range results {
-		if !once[r.ID] {
-			once[r.ID] = true
-			firsts = append(firsts, r)
-		}
-	}
-	err = s.retryTx(ctx, func(tx pgx.Tx) error {
+func (s *Store) StoreProcessed(ctx context.Context, l Lease, results []Processed) (int, error) {
+	firsts := firstPerPage(results)
+	var stored int
+	err := s.retryTx(ctx, func(tx pgx.Tx) error {
 		held, chunks, err := recordBatch(ctx, tx, l, firsts)
-		if err != nil {
+		if stored = len(held); err != nil || stored == 0 {
 			return err
 		}
-		stored = len(held)
-		if stored == 0 {
-			return nil
-		}
-		var (
-			iIDs  []int64
-			iSeq  []int32
-			iItem []string
-		)
-		for _, r := range firsts {
-			if held[r.ID] && r.Error == "" {
-				for seq, it := range r.Items {
-					iIDs = append(iIDs, r.ID)
-					iSeq = append(iSeq, int32(seq))
-					iItem = append(iItem, string(it))
-				}
-			}
-		}
-		if len(iIDs) > 0 {
-			// A page's items replace any it had (a delivery retried after
-			// retry-failed), never add to them.
-			if _, err := tx.Exec(ctx, `
-				DELETE FROM items WHERE campaign = $1 AND processor = $2 AND url_id = ANY($3)`,
-				l.CampaignKey, l.Processor, iIDs); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `
-				INSERT INTO items (campaign, processor, url_id, seq, item)
-				SELECT $1, $2, i.id, i.seq, i.item::jsonb
-				FROM unnest($3::bigint[], $4::int[], $5::text[]) AS i(id, seq, item)`,
-				l.CampaignKey, l.Processor, iIDs, iSeq, iItem); err != nil {
-				return fmt.Errorf("items: %w", err)
-			}
+		if err := replaceItems(ctx, tx, l, firsts, held); err != nil {
+			return err
 		}
 		return dropChunks(ctx, tx, l.CampaignKey, distinct(chunks))
 	})
@@ -79,6 +42,55 @@ func (s *Store) StoreProcessed(ctx context.Context, l Lease, results []Processed
 		return 0, fmt.Errorf("store results of processor %s for campaign %d: %w", l.Processor, l.CampaignKey, err)
 	}
 	return stored, nil
+}
+
+// firstPerPage is the first entry of each page in results: a page twice
+// in one result counts once.
+func firstPerPage(results []Processed) []Processed {
+	var firsts []Processed
+	once := make(map[int64]bool, len(results))
+	for _, r := range results {
+		if !once[r.ID] {
+			once[r.ID] = true
+			firsts = append(firsts, r)
+		}
+	}
+	return firsts
+}
+
+// replaceItems keeps the items of the pages of results that the batch
+// held and the processor did not fail. A page's items replace any it had
+// from this processor (a delivery retried after retry-failed), never add
+// to them.
+func replaceItems(ctx context.Context, tx pgx.Tx, l Lease, results []Processed, held map[int64]bool) error {
+	var (
+		ids   []int64
+		seqs  []int32
+		items []string
+	)
+	for _, r := range results {
+		if !held[r.ID] || r.Error != "" {
+			continue
+		}
+		for seq, it := range r.Items {
+			ids, seqs, items = append(ids, r.ID), append(seqs, int32(seq)), append(items, string(it))
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM items WHERE campaign = $1 AND processor = $2 AND url_id = ANY($3)`,
+		l.CampaignKey, l.Processor, ids); err != nil {
+		return fmt.Errorf("items: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO items (campaign, processor, url_id, seq, item)
+		SELECT $1, $2, i.id, i.seq, i.item::jsonb
+		FROM unnest($3::bigint[], $4::int[], $5::text[]) AS i(id, seq, item)`,
+		l.CampaignKey, l.Processor, ids, seqs, items); err != nil {
+		return fmt.Errorf("items: %w", err)
+	}
+	return nil
 }
 
 // failedColumns are the failed outcomes of results, as columns.
