@@ -3,11 +3,11 @@ package crawler
 import (
 	"context"
 	"log/slog"
-	"net/http"
 	"sync"
 	"time"
 
 	"github.com/spiderpool/spiderpool/fetch"
+	"github.com/spiderpool/spiderpool/politeness"
 	"github.com/spiderpool/spiderpool/retry"
 	"github.com/spiderpool/spiderpool/store"
 )
@@ -207,11 +207,7 @@ type host struct {
 	users      map[int64]campaignPace // campaigns with URLs here now
 	policy     store.HostPolicy       // strictest among running campaigns, cluster-wide
 	crawlDelay time.Duration          // robots.txt Crawl-delay, already capped
-	extra      time.Duration          // learned from 5xx answers
-	errRate    float64                // moving average of server errors among answers
-	answers    int                    // answers seen, for errRate to mean something
-	slowed     time.Time              // when extra last grew
-	latency    time.Duration          // moving average of the time to answer
+	learned    politeness.Adaptive    // extra delay and time to answer, from its answers
 	next       time.Time              // earliest start of the next request
 	last       time.Time              // start of the latest request
 	active     int                    // requests started and not done
@@ -329,8 +325,8 @@ func (h *host) yieldDue() bool {
 
 func (h *host) heldLocked() store.HeldHost {
 	return store.HeldHost{
-		ShardKey: h.key, NextIn: max(0, time.Until(h.next)), ExtraDelay: h.extra,
-		Interval: spacing(h.delayLocked(), h.extra), Latency: h.latency,
+		ShardKey: h.key, NextIn: max(0, time.Until(h.next)), ExtraDelay: h.learned.Extra,
+		Interval: spacing(h.delayLocked(), h.learned.Extra), Latency: h.learned.Latency,
 	}
 }
 
@@ -362,7 +358,7 @@ func (h *host) limitLocked() int {
 	return max(1, n)
 }
 
-func (h *host) gapLocked() time.Duration { return spacing(h.delayLocked(), h.extra) }
+func (h *host) gapLocked() time.Duration { return spacing(h.delayLocked(), h.learned.Extra) }
 
 // repaceLocked moves the next start back if a stricter delay now applies.
 func (h *host) repaceLocked() {
@@ -387,10 +383,10 @@ func (h *host) setCrawlDelay(d time.Duration) {
 }
 
 // spacing is the least time between two starts for a delay and an extra
-// back-off (store.Spacing). Gaps count from when a request was on the wire
+// back-off (politeness.Spacing). Gaps count from when a request was on the wire
 // (see observe), so time a busy node takes to send one never shortens the
 // next gap.
-func spacing(delay, extra time.Duration) time.Duration { return store.Spacing(delay + extra) }
+func spacing(delay, extra time.Duration) time.Duration { return politeness.Spacing(delay + extra) }
 
 // turn waits for the host's claim, a concurrency slot and the host's pace,
 // then for a node-wide slot (take and give, from the caller), and only then
@@ -624,9 +620,9 @@ func (h *host) granted(ctx context.Context, c store.HostClaim, asked time.Time) 
 	if at := now.Add(c.Wait); at.After(h.next) {
 		h.next = at
 	}
-	h.extra = c.ExtraDelay
-	if h.latency == 0 {
-		h.latency = c.Latency
+	h.learned.Extra = c.ExtraDelay
+	if h.learned.Latency == 0 {
+		h.learned.Latency = c.Latency
 	}
 	if err == nil {
 		h.policy = policies[h.key]
@@ -663,22 +659,6 @@ func (h *host) renew(ctx context.Context) bool {
 	return h.claimed
 }
 
-// Adaptive slowing: once errMinAnswers answers are in, a moving average of
-// server errors (weight errAlpha per answer) above errSlow doubles the
-// extra delay, at most once per second or per extra delay, whichever is
-// longer, so one burst of concurrent answers counts once; below errFast
-// it halves. A few failing pages do not slow a healthy host; a struggling
-// host is given room.
-const (
-	errAlpha      = 0.2
-	errSlow       = 0.5
-	errFast       = 0.2
-	errMinAnswers = 8
-	minBackoff    = 250 * time.Millisecond // first extra delay after a 5xx
-	maxBackoff    = 10 * time.Second       // most extra delay 5xx answers earn
-	latencyAlpha  = 0.3
-)
-
 // observe adapts the host's pace to an answer: a Retry-After (429, 503) or
 // a bare 429 pauses it, a run of server errors slows it, success speeds it
 // back up; its time to answer feeds the estimate leasing sizes its work
@@ -686,33 +666,10 @@ const (
 // for every campaign and any node that takes it over waits too.
 func (h *host) observe(ctx context.Context, r *fetch.Response, maxRetryAfter time.Duration) {
 	h.mu.Lock()
-	var pause time.Duration
-	serverError := r.Status >= 500 || r.Status == http.StatusTooManyRequests || (r.Status == 0 && r.Err != nil)
-	h.errRate = (1-errAlpha)*h.errRate + errAlpha*boolFloat(serverError)
 	h.anchorLocked(r.ReachedBy) // as reached did, for a request made without it
-	h.answers++
-	if r.Status != 0 && r.Duration > 0 {
-		if h.latency == 0 {
-			h.latency = r.Duration
-		} else {
-			h.latency = time.Duration((1-latencyAlpha)*float64(h.latency) + latencyAlpha*float64(r.Duration))
-		}
-	}
-	switch {
-	case r.RetryAfter > 0 && (r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable):
-		pause = min(r.RetryAfter, maxRetryAfter)
-	case r.Status == http.StatusTooManyRequests:
-		pause = min(max(time.Second, h.extra), maxRetryAfter)
-	}
-	switch {
-	case serverError && h.errRate > errSlow && h.answers >= errMinAnswers && time.Since(h.slowed) > max(time.Second, h.extra):
-		h.extra = min(max(2*h.extra, minBackoff), maxBackoff)
-		h.slowed = time.Now()
-	case h.errRate < errFast:
-		if h.extra /= 2; h.extra < 50*time.Millisecond {
-			h.extra = 0
-		}
-	}
+	pause := h.learned.Observe(politeness.Answer{
+		Status: r.Status, Failed: r.Err != nil, Duration: r.Duration, RetryAfter: r.RetryAfter,
+	}, maxRetryAfter, time.Now())
 	if pause > 0 {
 		if at := time.Now().Add(pause); at.After(h.next) {
 			h.next = at
@@ -724,11 +681,4 @@ func (h *host) observe(ctx context.Context, r *fetch.Response, maxRetryAfter tim
 			h.t.log.Warn("pause host", "host", h.key, "error", err)
 		}
 	}
-}
-
-func boolFloat(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -15,45 +15,6 @@ func testHost() *host {
 	return t.get("x.test")
 }
 
-// TestAdaptiveSlowing: a run of 5xx slows a host, a few do not, and
-// success brings it back to full speed.
-func TestAdaptiveSlowing(t *testing.T) {
-	g := testHost()
-	ctx := context.Background()
-	ok, fail := &fetch.Response{Status: 200}, &fetch.Response{Status: 502}
-	for i := range 10 {
-		g.observe(ctx, ok, time.Minute)
-		if i%4 == 0 {
-			g.observe(ctx, fail, time.Minute)
-		}
-	}
-	if g.extra != 0 {
-		t.Fatalf("scattered errors slowed the host by %v", g.extra)
-	}
-	for range 20 {
-		g.slowed = time.Time{} // as if a second had passed between answers
-		g.observe(ctx, fail, time.Minute)
-	}
-	if g.extra < time.Second || g.extra > maxBackoff {
-		t.Fatalf("after 20 errors in a row the extra delay is %v", g.extra)
-	}
-	for range 30 {
-		g.observe(ctx, ok, time.Minute)
-	}
-	if g.extra != 0 {
-		t.Fatalf("after recovery the extra delay is still %v", g.extra)
-	}
-}
-
-func TestSpacingHasMargin(t *testing.T) {
-	if spacing(0, 0) != 0 {
-		t.Fatal("no delay must mean no spacing")
-	}
-	if got := spacing(time.Second, 0); got < time.Second+10*time.Millisecond {
-		t.Fatalf("spacing(1s) = %v, want a margin over a second", got)
-	}
-}
-
 // TestStrictestCampaignPacesTheHost: the delay and concurrency a host
 // keeps are the strictest among the campaigns with URLs on it and the
 // running campaigns anywhere (its policy), and a stricter delay arriving
@@ -90,8 +51,8 @@ func TestLatencyIsLearned(t *testing.T) {
 	for range 20 {
 		h.observe(context.Background(), &fetch.Response{Status: 200, Duration: time.Second}, time.Minute)
 	}
-	if h.latency < 900*time.Millisecond || h.latency > 1100*time.Millisecond {
-		t.Fatalf("latency %v after answers of a second", h.latency)
+	if h.learned.Latency < 900*time.Millisecond || h.learned.Latency > 1100*time.Millisecond {
+		t.Fatalf("latency %v after answers of a second", h.learned.Latency)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/politeness"
 	"github.com/spiderpool/spiderpool/ring"
 )
 
@@ -83,10 +84,10 @@ func (s *Store) LeaseHosts(ctx context.Context, p HostLeaseParams) (campaign.Hos
 			return err
 		}
 		// The campaign's own politeness is the least a host's pace can be.
-		own := Spacing(p.MinDelay)
+		own := politeness.Spacing(p.MinDelay)
 		for i := range cands {
 			pace := &cands[i].pace
-			pace.interval, pace.concurrency = max(own, pace.interval), p.Concurrency
+			pace.Interval, pace.Concurrency = max(own, pace.Interval), p.Concurrency
 		}
 		plan := planLease(p, cands)
 		lease.More = plan.more
@@ -230,31 +231,8 @@ func expireLeases(ctx context.Context, tx pgx.Tx, key int64) error {
 type hostCandidate struct {
 	id       int64
 	key      string
-	pace     hostPace
+	pace     politeness.Pace
 	inflight int
-}
-
-// hostPace is what is known of how fast a host may be fetched.
-type hostPace struct {
-	interval    time.Duration // least time between two starts
-	latency     time.Duration // typical time to answer
-	concurrency int
-}
-
-// perRequest is the time one more request of the host takes at its
-// allowed rate; 0 when nothing bounds it.
-func (h hostPace) perRequest() time.Duration {
-	return max(h.interval, h.latency/time.Duration(max(1, h.concurrency)))
-}
-
-// quota is how many URLs of the host to keep in flight: what it can fetch
-// in horizon, at least one, at most most.
-func (h hostPace) quota(horizon time.Duration, most int) int {
-	per := h.perRequest()
-	if per <= 0 {
-		return most
-	}
-	return min(max(int(math.Ceil(float64(horizon)/float64(per))), 1), most)
 }
 
 // dueHosts returns up to limit hosts of the campaign that have URLs due
@@ -314,24 +292,13 @@ func walkHosts(ctx context.Context, tx pgx.Tx, key, from, to int64, limit int) (
 		var c hostCandidate
 		var intervalMs, latencyMs int64
 		err := r.Scan(&c.id, &c.key, &intervalMs, &latencyMs, &c.inflight)
-		c.pace = hostPace{interval: fromMs(intervalMs), latency: fromMs(latencyMs)}
+		c.pace = politeness.Pace{Interval: fromMs(intervalMs), Latency: fromMs(latencyMs)}
 		return c, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("hosts due: %w", err)
 	}
 	return cands, nil
-}
-
-// Spacing is the least time between two starts of requests to a host that
-// a delay makes: the delay with a margin of 0.5% and 10 ms, for the jitter
-// between a request leaving a node and the host taking it in. Nodes pace
-// hosts by it, and leasing sizes a host's work by it.
-func Spacing(delay time.Duration) time.Duration {
-	if delay <= 0 {
-		return 0
-	}
-	return delay + delay/200 + 10*time.Millisecond
 }
 
 // leasePlan is what one lease takes: URLs per host, grouped by owner.
@@ -373,9 +340,9 @@ func planLease(p HostLeaseParams, cands []hostCandidate) leasePlan {
 		if !ok || room[owner] <= 0 {
 			continue
 		}
-		q := c.pace.quota(p.Horizon, p.BatchSize)
+		q := c.pace.Quota(p.Horizon, p.BatchSize)
 		if low := q / 2; c.inflight > low {
-			eta := time.Duration(c.inflight-low) * c.pace.perRequest()
+			eta := time.Duration(c.inflight-low) * c.pace.PerRequest()
 			if plan.eta == 0 || eta < plan.eta {
 				plan.eta = max(eta, time.Millisecond)
 			}

@@ -48,6 +48,23 @@ const hostFlowChange = "host-aware-flow"
 // poolRuns is hostFlowChange's version: the only one this code runs.
 const poolRuns = 2
 
+// Changes whose old branches are retired: every run this code carries on
+// took their version 1. New runs still record them, so that a v0.11.0 node
+// in a rolling upgrade, which reads them, can run this release's runs too.
+const (
+	controlRetryChange = "control-retry"
+	boundedRunChange   = "bounded-run"
+	staleRouteChange   = "stale-route"
+)
+
+// recordRetiredChanges records the markers of the retired changes, as
+// v0.11.0 does, in its order. Retire with v0.11.0's window.
+func recordRetiredChanges(ctx workflow.Context) {
+	for _, change := range []string{controlRetryChange, boundedRunChange, staleRouteChange} {
+		workflow.GetVersion(ctx, change, 1, 1)
+	}
+}
+
 // retired is why a run started by a release older than the support window
 // cannot go on here. It panics, so the workflow task fails and is retried
 // (on a node of the run's release, if one polls) rather than failing the
@@ -214,6 +231,7 @@ func newDispatcher(ctx workflow.Context, spec campaign.Spec, carry *campaign.Car
 		return nil, temporal.NewNonRetryableApplicationError("invalid campaign spec: "+err.Error(), "InvalidSpec", nil)
 	}
 	d.spec = normalized
+	recordRetiredChanges(ctx)
 	d.run = 1
 	var carriedProcs []campaign.ProcessorStatus
 	if carry != nil {
