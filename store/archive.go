@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -30,32 +31,9 @@ func (s *Store) ClaimPayloads(ctx context.Context, campaignKey int64, claims []a
 		if attempt == 3 {
 			return nil, fmt.Errorf("claim payloads of campaign %d: claims keep vanishing", campaignKey)
 		}
-		digests, ids, uris, dates := make([]string, len(want)), make([]string, len(want)), make([]string, len(want)), make([]string, len(want))
-		for i, c := range want {
-			digests[i], ids[i], uris[i], dates[i] = c.Digest, c.RecordID, c.URI, c.Date
-		}
-		won := map[string]bool{}
-		err := s.retry(ctx, func() error {
-			rows, err := s.pool.Query(ctx, `
-				INSERT INTO archived_payloads (campaign, digest, record_id, target_uri, warc_date)
-				SELECT $1, d, r, u, w FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS t(d, r, u, w)
-				ON CONFLICT (campaign, digest) DO NOTHING
-				RETURNING digest`, campaignKey, digests, ids, uris, dates)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var d string
-				if err := rows.Scan(&d); err != nil {
-					return err
-				}
-				won[d] = true
-			}
-			return rows.Err()
-		})
+		won, err := s.insertPayloads(ctx, campaignKey, want)
 		if err != nil {
-			return nil, fmt.Errorf("claim payloads of campaign %d: %w", campaignKey, err)
+			return nil, err
 		}
 		var taken []string
 		for _, c := range want {
@@ -68,37 +46,60 @@ func (s *Store) ClaimPayloads(ctx context.Context, campaignKey int64, claims []a
 		if len(taken) == 0 {
 			break
 		}
-		rows, err := s.pool.Query(ctx, `
-			SELECT digest, record_id, target_uri, warc_date FROM archived_payloads
-			WHERE campaign = $1 AND digest = ANY($2)`, campaignKey, taken)
-		if err != nil {
-			return nil, fmt.Errorf("read payloads of campaign %d: %w", campaignKey, err)
+		if err := s.readPayloads(ctx, campaignKey, taken, held); err != nil {
+			return nil, err
 		}
-		for rows.Next() {
-			var p archive.Payload
-			if err := rows.Scan(&p.Digest, &p.RecordID, &p.URI, &p.Date); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("read payloads of campaign %d: %w", campaignKey, err)
-			}
-			held[p.Digest] = p
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("read payloads of campaign %d: %w", campaignKey, err)
-		}
-		next := want[:0:0]
-		for _, c := range want {
-			if held[c.Digest].RecordID == "" {
-				next = append(next, c)
-			}
-		}
-		want = next
+		want = slices.DeleteFunc(want, func(c archive.Payload) bool { return held[c.Digest].RecordID != "" })
 	}
 	out := make([]archive.Payload, len(claims))
 	for i, c := range claims {
 		out[i] = held[c.Digest]
 	}
 	return out, nil
+}
+
+// insertPayloads records the claims whose payloads the campaign has not
+// archived yet, and says which digests it recorded.
+func (s *Store) insertPayloads(ctx context.Context, campaignKey int64, claims []archive.Payload) (map[string]bool, error) {
+	digests, ids, uris, dates := make([]string, len(claims)), make([]string, len(claims)), make([]string, len(claims)), make([]string, len(claims))
+	for i, c := range claims {
+		digests[i], ids[i], uris[i], dates[i] = c.Digest, c.RecordID, c.URI, c.Date
+	}
+	var won map[string]bool
+	err := s.retry(ctx, func() error {
+		won = map[string]bool{}
+		rows, err := s.pool.Query(ctx, `
+			INSERT INTO archived_payloads (campaign, digest, record_id, target_uri, warc_date)
+			SELECT $1, d, r, u, w FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS t(d, r, u, w)
+			ON CONFLICT (campaign, digest) DO NOTHING
+			RETURNING digest`, campaignKey, digests, ids, uris, dates)
+		if err != nil {
+			return err
+		}
+		var d string
+		_, err = pgx.ForEachRow(rows, []any{&d}, func() error { won[d] = true; return nil })
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim payloads of campaign %d: %w", campaignKey, err)
+	}
+	return won, nil
+}
+
+// readPayloads reads into held the records archived with the payloads of
+// digests.
+func (s *Store) readPayloads(ctx context.Context, campaignKey int64, digests []string, held map[string]archive.Payload) error {
+	rows, err := s.pool.Query(ctx, `
+		SELECT digest, record_id, target_uri, warc_date FROM archived_payloads
+		WHERE campaign = $1 AND digest = ANY($2)`, campaignKey, digests)
+	if err != nil {
+		return fmt.Errorf("read payloads of campaign %d: %w", campaignKey, err)
+	}
+	var p archive.Payload
+	if _, err := pgx.ForEachRow(rows, []any{&p.Digest, &p.RecordID, &p.URI, &p.Date}, func() error { held[p.Digest] = p; return nil }); err != nil {
+		return fmt.Errorf("read payloads of campaign %d: %w", campaignKey, err)
+	}
+	return nil
 }
 
 // ReleasePayloads forgets claims whose records were never written, so the
