@@ -5,6 +5,7 @@ import (
 
 	"go.temporal.io/sdk/activity"
 
+	"github.com/spiderpool/spiderpool/admission"
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/crawl"
 	"github.com/spiderpool/spiderpool/store"
@@ -20,12 +21,7 @@ func (c *Control) AddURLs(ctx context.Context, req campaign.AddURLsActivityReque
 	if err != nil {
 		return res, err
 	}
-	scope, err := spec.CompileScope()
-	if err != nil {
-		return res, err
-	}
-	shardBy := crawl.ShardBy(spec.Scope.ShardBy)
-	priorities, err := spec.CompilePriorities()
+	rules, err := admission.Compile(req.CampaignKey, spec)
 	if err != nil {
 		return res, err
 	}
@@ -44,19 +40,17 @@ func (c *Control) AddURLs(ctx context.Context, req campaign.AddURLsActivityReque
 			out.Result, out.Reason = campaign.AddedInvalid, err.Error()
 		default:
 			out.Canonical = u.String
-			if v := scope.Check(u, 0); v != crawl.InScope {
-				out.Result, out.Reason = campaign.AddedOutOfScope, string(v)
+			row, refused := rules.Admit(admission.Candidate{URL: u, From: admission.Added, AddedBy: request}, nil)
+			if refused != crawl.InScope {
+				out.Result, out.Reason = campaign.AddedOutOfScope, string(refused)
 				break
 			}
-			if _, twice := first[u.Fingerprint()]; twice {
+			if _, twice := first[row.Fingerprint]; twice {
 				out.Result, out.Reason = campaign.AddedDuplicate, "given twice"
 				break
 			}
-			first[u.Fingerprint()] = i
-			urls = append(urls, store.NewURL{
-				Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: u.AsLinked,
-				ShardKey: crawl.ShardKey(u, shardBy), Priority: int16(priorities.Of(u.String, 0)), AddedBy: request,
-			})
+			first[row.Fingerprint] = i
+			urls = append(urls, row)
 		}
 		res.URLs = append(res.URLs, out)
 	}

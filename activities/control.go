@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/spiderpool/spiderpool/admission"
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/crawl"
 	"github.com/spiderpool/spiderpool/store"
@@ -31,6 +32,9 @@ type Control struct {
 	SearchAttributes func(context.Context) ([]string, error)
 
 	processors sync.Map // campaign key -> []campaign.Processor
+	// queries caps the hosts of the links processors return; the nodes
+	// keep their own counts for the links they find.
+	queries admission.QueryCounts
 }
 
 // Register names each activity as in package campaign.
@@ -61,7 +65,7 @@ func (c *Control) StartCampaign(ctx context.Context, req campaign.StartRequest) 
 	if err != nil {
 		return campaign.StartResult{}, err
 	}
-	priorities, err := spec.CompilePriorities()
+	rules, err := admission.Compile(key, spec)
 	if err != nil {
 		return campaign.StartResult{}, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidSpec", err)
 	}
@@ -71,11 +75,8 @@ func (c *Control) StartCampaign(ctx context.Context, req campaign.StartRequest) 
 		if err != nil {
 			return campaign.StartResult{}, temporal.NewNonRetryableApplicationError(err.Error(), "InvalidSpec", err)
 		}
-		seeds = append(seeds, store.NewURL{
-			Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: u.AsLinked,
-			ShardKey: crawl.ShardKey(u, crawl.ShardBy(spec.Scope.ShardBy)),
-			Priority: int16(priorities.Of(u.String, 0)),
-		})
+		seed, _ := rules.Admit(admission.Candidate{URL: u, From: admission.Seed}, nil) // a seed is never refused
+		seeds = append(seeds, seed)
 	}
 	n, err := c.Store.InsertURLs(ctx, key, seeds)
 	if err != nil {

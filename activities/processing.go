@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/spiderpool/spiderpool/admission"
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/crawl"
 	"github.com/spiderpool/spiderpool/store"
@@ -239,8 +240,7 @@ func (c *Control) StoreProcessed(ctx context.Context, req campaign.StoreProcesse
 }
 
 // processorLinks turns the links a processor returned into frontier rows,
-// under the campaign's scope, one hop deeper than their page (leased
-// under l).
+// admitted as links of their page (leased under l), one hop deeper.
 func (c *Control) processorLinks(ctx context.Context, req campaign.StoreProcessedRequest, l store.Lease, byKey map[string]int64) ([]store.NewURL, error) {
 	var wanted []int64
 	for _, pr := range req.Result.Pages {
@@ -255,16 +255,11 @@ func (c *Control) processorLinks(ctx context.Context, req campaign.StoreProcesse
 	if err != nil {
 		return nil, err
 	}
-	scope, err := spec.CompileScope()
+	rules, err := admission.Compile(req.CampaignKey, spec)
 	if err != nil {
 		return nil, err
 	}
 	pages, err := c.Store.DeliveryPages(ctx, l, wanted)
-	if err != nil {
-		return nil, err
-	}
-	shardBy := crawl.ShardBy(spec.Scope.ShardBy)
-	priorities, err := spec.CompilePriorities()
 	if err != nil {
 		return nil, err
 	}
@@ -283,20 +278,10 @@ func (c *Control) processorLinks(ctx context.Context, req campaign.StoreProcesse
 			if err != nil {
 				continue
 			}
-			depth := page.Depth + 1
-			verdict := scope.Check(u, depth)
-			if verdict != crawl.InScope && !verdict.Recorded() {
-				continue
+			link := admission.Candidate{URL: u, Depth: page.Depth + 1, Parent: page.ID}
+			if row, refused := rules.Admit(link, &c.queries); refused == crawl.InScope {
+				out = append(out, row)
 			}
-			link := store.NewURL{
-				Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: u.AsLinked,
-				ShardKey: crawl.ShardKey(u, shardBy), Depth: depth, ParentID: page.ID,
-				Priority: int16(priorities.Of(u.String, 0)),
-			}
-			if verdict != crawl.InScope {
-				link.ExcludedBecause = string(verdict)
-			}
-			out = append(out, link)
 		}
 	}
 	return out, nil

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/text/encoding"
 
+	"github.com/spiderpool/spiderpool/admission"
 	"github.com/spiderpool/spiderpool/archive"
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/crawl"
@@ -192,8 +193,8 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 		links = append(links, target.Linked())
 		// A redirect is not a link hop: same depth, one more redirect; a
 		// requisite's target is a requisite.
-		if link, ok := f.admit(r, it.batch.key, target, c.Depth, c.Redirects+1, c.ID); ok {
-			link.Kind = c.Kind
+		redirect := admission.Candidate{URL: target, Depth: c.Depth, Redirects: c.Redirects + 1, Parent: c.ID, Kind: c.Kind}
+		if link, ok := f.admit(r, redirect); ok {
 			out.links = append(out.links, link)
 		}
 		return out
@@ -202,7 +203,7 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 	if spec.Scope.Requisites && resp.IsStylesheet() {
 		// A stylesheet's url()s and @imports: fonts, backgrounds, more CSS.
 		seen := map[uint64]bool{self.Fingerprint(): true}
-		out.links = f.requisites(r, it.batch.key, c, self, crawl.CSSURLs(resp.Body, spec.Limits.MaxLinksPerPage), nil, seen, out.links)
+		out.links = f.requisites(r, c, self, crawl.CSSURLs(resp.Body, spec.Limits.MaxLinksPerPage), nil, seen, out.links)
 		return out
 	}
 	if c.Kind == store.KindRequisite || !resp.IsHTML() || len(resp.Body) == 0 {
@@ -232,7 +233,7 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 	seen[self.Fingerprint()] = true
 	// What the page needs to render is no link: a nofollow page has it
 	// fetched too.
-	out.links = f.requisites(r, it.batch.key, c, base, doc.Requisites, html.Encoding, seen, out.links)
+	out.links = f.requisites(r, c, base, doc.Requisites, html.Encoding, seen, out.links)
 	if page.Robots.NoFollow {
 		return out
 	}
@@ -251,7 +252,7 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 		}
 		seen[fp] = true
 		links = append(links, u.Linked())
-		if link, ok := f.admit(r, it.batch.key, u, c.Depth+1, 0, c.ID); ok {
+		if link, ok := f.admit(r, admission.Candidate{URL: u, Depth: c.Depth + 1, Parent: c.ID}); ok {
 			out.links = append(out.links, link)
 		}
 	}
@@ -323,7 +324,7 @@ func linked(c store.ClaimedURL) (crawl.URL, error) {
 // resolved against base: in scope as the page is, at its depth (an embed is
 // no link hop), as frontier rows of kind requisite. seen holds the
 // fingerprints the page has yielded already.
-func (f *Fetch) requisites(r *rules, campaignKey int64, c store.ClaimedURL, base crawl.URL, raws []string, enc encoding.Encoding, seen map[uint64]bool, links []store.NewURL) []store.NewURL {
+func (f *Fetch) requisites(r *rules, c store.ClaimedURL, base crawl.URL, raws []string, enc encoding.Encoding, seen map[uint64]bool, links []store.NewURL) []store.NewURL {
 	for _, raw := range raws {
 		u, err := crawl.Resolve(base, crawl.EncodeQuery(raw, enc))
 		if err != nil {
@@ -334,8 +335,7 @@ func (f *Fetch) requisites(r *rules, campaignKey int64, c store.ClaimedURL, base
 			continue
 		}
 		seen[fp] = true
-		if link, ok := f.admit(r, campaignKey, u, c.Depth, 0, c.ID); ok {
-			link.Kind = store.KindRequisite
+		if link, ok := f.admit(r, admission.Candidate{URL: u, Depth: c.Depth, Parent: c.ID, Kind: store.KindRequisite}); ok {
 			links = append(links, link)
 		}
 	}
@@ -390,41 +390,25 @@ func backoff(p campaign.Retry, attempt int) time.Duration {
 	return time.Duration(math.Min(d, float64(p.MaxInterval.D())))
 }
 
-// admit turns a discovered URL into a frontier row: queued if the scope
-// takes it, recorded as excluded (with the reason) if a trap rule stops it,
-// dropped if it is simply off scope.
-func (f *Fetch) admit(r *rules, campaignKey int64, u crawl.URL, depth, redirects int, parent int64) (store.NewURL, bool) {
-	verdict := r.scope.Check(u, depth)
-	if verdict != crawl.InScope && !verdict.Recorded() {
-		return store.NewURL{}, false
-	}
-	shard := crawl.ShardKey(u, r.shardBy)
-	link := store.NewURL{
-		Fingerprint: u.Fingerprint(), URL: u.String, FoundAs: u.AsLinked, ShardKey: shard,
-		Depth: depth, Redirects: redirects, ParentID: parent, Priority: int16(r.priorities.Of(u.String, 0)),
-	}
-	limits := r.spec.Limits
-	switch {
-	case verdict != crawl.InScope:
-		link.ExcludedBecause = string(verdict)
-	case redirects > limits.MaxRedirects:
-		link.ExcludedBecause = fmt.Sprintf("redirect chain longer than limits.max_redirects (%d)", limits.MaxRedirects)
-	case u.HasQuery() && !f.queries.admit(campaignKey, shard, link.Fingerprint, limits.MaxQueryURLsPerHost):
-		link.ExcludedBecause = fmt.Sprintf("host has more than limits.max_query_urls_per_host (%d) URLs with a query", limits.MaxQueryURLsPerHost)
-	}
-	return link, true
+// admit judges a URL the node found for r's campaign under its admission
+// rules, the node's query counts capping its hosts: the frontier row, or
+// false when it gets none.
+func (f *Fetch) admit(r *rules, c admission.Candidate) (store.NewURL, bool) {
+	link, refused := r.admission.Admit(c, f.queries)
+	return link, refused == crawl.InScope
 }
 
 // queryCaps counts, per host, the distinct URLs with a query string this
-// node has admitted: an endless calendar or faceted search stops at the
-// cap. A host has one owner at a time, so the owner's count is the count;
-// after a remap the new owner starts afresh, which errs towards crawling.
+// node has admitted (an admission.QueryCounter): an endless calendar or
+// faceted search stops at the cap. A host has one owner at a time, so the
+// owner's count is the count; after a remap the new owner starts afresh,
+// which errs towards crawling.
 type queryCaps struct {
 	mu   sync.Mutex
 	seen map[campaignHost]map[uint64]struct{}
 }
 
-func (q *queryCaps) admit(campaignKey int64, shard string, fp uint64, limit int) bool {
+func (q *queryCaps) CountQuery(campaignKey int64, shard string, fp uint64, limit int) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	k := campaignHost{campaignKey, shard}
@@ -473,19 +457,17 @@ func (s *firsts) first(campaignKey int64, origin string) bool {
 
 // rules is a campaign's compiled spec, cached per node.
 type rules struct {
-	key     int64
-	id      string
-	spec    campaign.Spec
-	scope   *crawl.Scope
-	shardBy crawl.ShardBy
-	agent   string // robots.txt product token
-	loaded  time.Time
+	key    int64
+	id     string
+	spec   campaign.Spec
+	agent  string // robots.txt product token
+	loaded time.Time
+	// admission judges the URLs its pages yield.
+	admission *admission.Rules
 	// filters are the campaign's processors' page filters; anyType, that
 	// some want bodies that are not HTML.
 	filters []campaign.PageFilter
 	anyType bool
-	// priorities give each URL admitted its priority.
-	priorities campaign.Priorities
 }
 
 type rulesCache struct {
@@ -511,7 +493,7 @@ func (c *rulesCache) get(ctx context.Context, key int64) (*rules, error) {
 	if err != nil {
 		return nil, err
 	}
-	scope, err := spec.CompileScope()
+	admit, err := admission.Compile(key, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -519,14 +501,9 @@ func (c *rulesCache) get(ctx context.Context, key int64) (*rules, error) {
 	if err != nil {
 		return nil, err
 	}
-	priorities, err := spec.CompilePriorities()
-	if err != nil {
-		return nil, err
-	}
 	r = &rules{
-		priorities: priorities, key: key, id: id, spec: spec, scope: scope, shardBy: crawl.ShardBy(spec.Scope.ShardBy),
-		agent: crawl.AgentToken(spec.Politeness.UserAgent), loaded: time.Now(),
-		filters: filters, anyType: spec.WantsAnyType(),
+		key: key, id: id, spec: spec, agent: crawl.AgentToken(spec.Politeness.UserAgent), loaded: time.Now(),
+		admission: admit, filters: filters, anyType: spec.WantsAnyType(),
 	}
 	c.mu.Lock()
 	c.byKey[key] = r

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/spiderpool/spiderpool/admission"
 	"github.com/spiderpool/spiderpool/crawl"
 	"github.com/spiderpool/spiderpool/fetch"
 	"github.com/spiderpool/spiderpool/store"
@@ -126,7 +127,7 @@ func (f *Fetch) keptLinks(it *item, self crawl.URL, links []string) []store.NewU
 		if err != nil || u.String == self.String {
 			continue
 		}
-		if link, ok := f.admit(it.rules, it.batch.key, u, it.url.Depth+1, 0, it.url.ID); ok {
+		if link, ok := f.admit(it.rules, admission.Candidate{URL: u, Depth: it.url.Depth + 1, Parent: it.url.ID}); ok {
 			out = append(out, link)
 		}
 	}

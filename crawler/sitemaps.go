@@ -3,6 +3,7 @@ package crawler
 import (
 	"context"
 
+	"github.com/spiderpool/spiderpool/admission"
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/crawl"
 	"github.com/spiderpool/spiderpool/fetch"
@@ -57,9 +58,9 @@ func (f *Fetch) loadSitemaps(ctx context.Context, r *rules, campaignKey int64, r
 			if err != nil {
 				continue
 			}
-			if link, ok := f.admit(r, campaignKey, u, 0, 0, 0); ok {
-				// The sitemap ranks its URLs; a rule of the spec may rank higher.
-				link.Priority = int16(r.priorities.Of(u.String, campaign.SitemapPriority(sm.Priorities[i])))
+			// The sitemap ranks its URLs; a rule of the spec may rank higher.
+			entry := admission.Candidate{URL: u, BasePriority: campaign.SitemapPriority(sm.Priorities[i])}
+			if link, ok := f.admit(r, entry); ok {
 				urls = append(urls, link)
 				if !sm.LastMods[i].IsZero() {
 					mods = append(mods, store.SitemapLastMod{Fingerprint: int64(u.Fingerprint()), URL: u.String, LastMod: sm.LastMods[i]})
