@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,8 +20,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/config"
@@ -259,7 +256,7 @@ func scrapeRunningNode(t *testing.T) (map[string]bool, *harness.Stack, string) {
 	harness.Eventually(t, time.Minute, "the nodes to have fetched pages and run workflow tasks", func() bool {
 		fams = map[string]*dto.MetricFamily{}
 		for _, addr := range addrs {
-			maps.Copy(fams, scrape(t, addr))
+			maps.Copy(fams, harness.ScrapeMetrics(t, addr))
 		}
 		return fams["spiderpool_responses_total"] != nil && fams["temporal_workflow_task_execution_latency_seconds"] != nil
 	})
@@ -279,25 +276,6 @@ func scrapeRunningNode(t *testing.T) (map[string]bool, *harness.Stack, string) {
 		t.Logf("a node exports:\n%s", strings.Join(all, "\n"))
 	}
 	return names, s, id
-}
-
-func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
-	t.Helper()
-	client := &http.Client{Timeout: 30 * time.Second}
-	resp, err := client.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s", resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("/metrics does not parse: %v", err)
-	}
-	return fams
 }
 
 var (
