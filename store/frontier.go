@@ -732,15 +732,9 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 	errs := make([]*string, n)
 	retryMs := make([]int64, n)
 	var (
-		pIDs, pLen, pDur                 []int64
-		pStatus, pLinks                  []int32
-		pType, pDigest, pTitle, pRedirTo []string
-		pTrunc                           []bool
-		pAt                              []time.Time
-		pNoIndex, pNoFollow, pNoArchive  []bool
-		pCanonical, pCharset, pNode      []string
-		bodies                           chunkedBodies
-		carries                          carryRows
+		pages   pageRows
+		bodies  chunkedBodies
+		carries carryRows
 	)
 	for i, o := range outcomes {
 		ids[i], states[i], retryMs[i] = o.ID, o.State, o.RetryIn.Milliseconds()
@@ -758,23 +752,7 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 			carries.add(o.ID, o.Carry)
 		}
 		if p := o.Page; p != nil && o.State == Fetched {
-			pIDs = append(pIDs, o.ID)
-			pStatus = append(pStatus, int32(p.Status))
-			pType = append(pType, p.ContentType)
-			pLen = append(pLen, p.ContentLength)
-			pTrunc = append(pTrunc, p.Truncated)
-			pDigest = append(pDigest, p.Digest)
-			pTitle = append(pTitle, p.Title)
-			pRedirTo = append(pRedirTo, p.RedirectTo)
-			pLinks = append(pLinks, int32(p.Links))
-			pAt = append(pAt, p.FetchedAt)
-			pDur = append(pDur, p.Duration.Milliseconds())
-			pNoIndex = append(pNoIndex, p.Robots.NoIndex)
-			pNoFollow = append(pNoFollow, p.Robots.NoFollow)
-			pNoArchive = append(pNoArchive, p.Robots.NoArchive)
-			pCanonical = append(pCanonical, p.Canonical)
-			pCharset = append(pCharset, p.Charset)
-			pNode = append(pNode, cmp.Or(o.Node, node))
+			pages.add(o.ID, p, cmp.Or(o.Node, node))
 			if o.Body != nil {
 				if err := bodies.add(o.ID, o.Body); err != nil {
 					return CommitResult{}, fmt.Errorf("page body of %d: %w", o.ID, err)
@@ -782,9 +760,7 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 			}
 		}
 	}
-	args := []any{campaignKey, ids, states, tried, statuses, errs, retryMs, holders, pNode,
-		pIDs, pStatus, pType, pLen, pTrunc, pDigest, pTitle, pRedirTo, pLinks, pAt, pDur,
-		pNoIndex, pNoFollow, pNoArchive, pCanonical, pCharset}
+	args := append([]any{campaignKey, ids, states, tried, statuses, errs, retryMs, holders}, pages.args()...)
 	var res CommitResult
 	err := s.retry(ctx, func() (err error) {
 		if bodies.empty() && carries.empty() { // one statement, so atomic without a transaction round trip
@@ -802,6 +778,45 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 		return CommitResult{}, fmt.Errorf("record %d outcomes for campaign %d: %w", n, campaignKey, err)
 	}
 	return res, nil
+}
+
+// pageRows are the page records of a commit's fetched outcomes, as the
+// columns of outcomesSQL ($9-$25).
+type pageRows struct {
+	ids, length, dur                  []int64
+	status, links                     []int32
+	ctype, digest, title, redirectTo  []string
+	truncated                         []bool
+	at                                []time.Time
+	noIndex, noFollow, noArchive      []bool
+	canonical, charset, fetchedByNode []string
+}
+
+// add keeps the record of page id, fetched by node.
+func (r *pageRows) add(id int64, p *Page, node string) {
+	r.ids = append(r.ids, id)
+	r.status = append(r.status, int32(p.Status))
+	r.ctype = append(r.ctype, p.ContentType)
+	r.length = append(r.length, p.ContentLength)
+	r.truncated = append(r.truncated, p.Truncated)
+	r.digest = append(r.digest, p.Digest)
+	r.title = append(r.title, p.Title)
+	r.redirectTo = append(r.redirectTo, p.RedirectTo)
+	r.links = append(r.links, int32(p.Links))
+	r.at = append(r.at, p.FetchedAt)
+	r.dur = append(r.dur, p.Duration.Milliseconds())
+	r.noIndex = append(r.noIndex, p.Robots.NoIndex)
+	r.noFollow = append(r.noFollow, p.Robots.NoFollow)
+	r.noArchive = append(r.noArchive, p.Robots.NoArchive)
+	r.canonical = append(r.canonical, p.Canonical)
+	r.charset = append(r.charset, p.Charset)
+	r.fetchedByNode = append(r.fetchedByNode, node)
+}
+
+// args are the columns, $9 to $25 of outcomesSQL.
+func (r *pageRows) args() []any {
+	return []any{r.fetchedByNode, r.ids, r.status, r.ctype, r.length, r.truncated, r.digest, r.title, r.redirectTo,
+		r.links, r.at, r.dur, r.noIndex, r.noFollow, r.noArchive, r.canonical, r.charset}
 }
 
 // outcomesSQL records a commit's outcomes ($2-$8, each for the row if
