@@ -94,15 +94,31 @@ func (f *Fetch) check(ctx context.Context, it *item, h *host) (out outcome, requ
 
 // request fetches a URL whose turn has come (the caller holds a node slot
 // and a host slot, which request gives back) and settles it: its verdict,
-// its page record and the links it yields.
-func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (settled outcome) {
-	r, c := it.rules, it.url
+// its page record, the links it yields, what its series keeps of it and
+// what the archive does.
+func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) outcome {
+	o := f.options(it, h)
+	resp := f.send(ctx, it, h, out.self, o)
+	out = answered(out, &resp)
+	if resp.Status == http.StatusNotModified && (o.IfNoneMatch != "" || o.IfModifiedSince != "") {
+		out = f.notModified(it, out, &resp)
+	} else {
+		var links []string
+		out, links = f.judge(it, out, &resp)
+		// A page of a recurring series adds what it was to its history:
+		// its validators, digest and links, or that it is gone.
+		out.visit = visitOf(it, out, &resp, links)
+	}
+	return withoutNoarchive(it, out, &resp)
+}
+
+// options are a page request's: the campaign's timeouts and caps, the
+// body kept for the page's links and processors, the exchange captured
+// when the node archives, and the validators of the version earlier runs
+// of its series saw.
+func (f *Fetch) options(it *item, h *host) fetch.Options {
+	r := it.rules
 	spec := &r.spec
-	requestEnded := f.metrics.RequestStarted()
-	// Once sent, a request runs to its end and its result is committed,
-	// even if its batch is cancelled: dropping it would make the page be
-	// fetched again.
-	self := out.self
 	o := fetch.Options{
 		UserAgent:       spec.Politeness.UserAgent,
 		ConnectTimeout:  spec.Timeouts.Connect.D(),
@@ -116,99 +132,151 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 		Reached:         h.reached,
 	}
 	conditional(it, &o)
+	return o
+}
+
+// send requests self, gives back the node and host slots once answered,
+// and lets the host learn from the answer (its pace, its errors).
+func (f *Fetch) send(ctx context.Context, it *item, h *host, self crawl.URL, o fetch.Options) fetch.Response {
+	requestEnded := f.metrics.RequestStarted()
+	// Once sent, a request runs to its end and its result is committed,
+	// even if its batch is cancelled: dropping it would make the page be
+	// fetched again.
 	resp := f.pages.Get(context.WithoutCancel(ctx), self.Linked(), o)
 	requestEnded()
 	f.slots.give(it.batch.key)
 	f.metrics.Response(resp.Status, resp.Length, resp.Duration)
-	h.observe(ctx, &resp, spec.Politeness.MaxRetryAfter.D())
+	h.observe(ctx, &resp, it.rules.spec.Politeness.MaxRetryAfter.D())
 	h.done()
+	return resp
+}
 
+// answered records that the URL was asked for, and what came back: its
+// status and size, whether the node's own network failed, the exchange to
+// archive.
+func answered(out outcome, resp *fetch.Response) outcome {
 	// Every answer is archived, failures (404, 503) and pages cut at the
-	// cap too: the archive is of what was exchanged. A page that asks not
-	// to be (header or meta, read below) is kept out, unless the campaign
-	// archives regardless.
-	out.exchange = exchangeOf(self.Linked(), &resp)
-	defer func() {
-		robots := crawl.RobotsTag(resp.Header.Values("X-Robots-Tag"), r.agent)
-		if settled.o.Page != nil {
-			robots = settled.o.Page.Robots
-		}
-		if robots.NoArchive && !spec.Archive.IgnoreNoarchive {
-			settled.exchange = nil
-		}
-	}()
-
+	// cap too: the archive is of what was exchanged (but see
+	// withoutNoarchive).
+	out.exchange = exchangeOf(out.self.Linked(), resp)
 	out.o.Attempted, out.o.Status, out.bytes = true, resp.Status, resp.Length
 	out.requestMs = resp.Duration.Milliseconds()
 	// Only failures with no answer at all speak of the node (its network,
 	// its load); a 5xx speaks of the host, whichever node asked.
 	out.transportError = resp.Status == 0 && resp.Err != nil && !errors.Is(resp.Err, fetch.ErrBlocked)
-	if resp.Status == http.StatusNotModified && (o.IfNoneMatch != "" || o.IfModifiedSince != "") {
-		return f.notModified(it, out, &resp)
+	return out
+}
+
+// withoutNoarchive keeps out of the archive a page that asks not to be
+// in it (noarchive, in its X-Robots-Tag header or its robots meta), unless
+// the campaign archives regardless. A page settled without a record
+// has only its header to say so.
+func withoutNoarchive(it *item, out outcome, resp *fetch.Response) outcome {
+	robots := crawl.RobotsTag(resp.Header.Values("X-Robots-Tag"), it.rules.agent)
+	if out.o.Page != nil {
+		robots = out.o.Page.Robots
 	}
-	// A page of a recurring series adds what it was to its history: its
-	// validators, digest and links (links), or that it is gone.
-	var links []string
-	defer func() { settled.visit = visitOf(it, settled, &resp, links) }()
-	switch fetch.Classify(&resp, spec.Retry.NonRetryableStatuses) {
+	if robots.NoArchive && !it.rules.spec.Archive.IgnoreNoarchive {
+		out.exchange = nil
+	}
+	return out
+}
+
+// judge gives an answer its verdict: an error is retried or fails, a
+// body past the cap fails, anything else is a page fetched. links are the
+// URLs a fetched page links to, for its series' history.
+func (f *Fetch) judge(it *item, out outcome, resp *fetch.Response) (_ outcome, links []string) {
+	spec := &it.rules.spec
+	switch fetch.Classify(resp, spec.Retry.NonRetryableStatuses) {
 	case fetch.Transient:
-		attempt := c.Attempts + 1
-		out.o.Error = fetch.Describe(&resp)
-		if attempt < spec.Retry.MaxAttempts {
-			out.o.State = store.Pending
-			out.o.RetryIn = max(backoff(spec.Retry, attempt), min(resp.RetryAfter, spec.Politeness.MaxRetryAfter.D()))
-		} else {
-			out.o.State = store.Failed
-			out.o.Error = fmt.Sprintf("%s (after %d attempts)", out.o.Error, attempt)
-		}
-		return out
+		return retryOrFail(it, out, resp), nil
 	case fetch.Final:
-		out.o.State, out.o.Error = store.Failed, fetch.Describe(&resp)
-		return out
+		out.o.State, out.o.Error = store.Failed, fetch.Describe(resp)
+		return out, nil
 	}
 	if resp.Truncated {
 		// A body past the cap is a trap (or not a page we can use): a
 		// record of failure beats a page cut off at a random byte.
 		out.o.State = store.Failed
 		out.o.Error = fmt.Sprintf("body larger than limits.max_body_bytes (%d bytes)", spec.Limits.MaxBodyBytes)
+		return out, nil
+	}
+	return f.fetched(it, out, resp)
+}
+
+// retryOrFail settles a transient error: pending again after a back-off
+// (or the Retry-After the host asked for, capped, if longer) until
+// retry.max_attempts are spent, then failed.
+func retryOrFail(it *item, out outcome, resp *fetch.Response) outcome {
+	spec := &it.rules.spec
+	attempt := it.url.Attempts + 1
+	out.o.Error = fetch.Describe(resp)
+	if attempt < spec.Retry.MaxAttempts {
+		out.o.State = store.Pending
+		out.o.RetryIn = max(backoff(spec.Retry, attempt), min(resp.RetryAfter, spec.Politeness.MaxRetryAfter.D()))
 		return out
 	}
+	out.o.State = store.Failed
+	out.o.Error = fmt.Sprintf("%s (after %d attempts)", out.o.Error, attempt)
+	return out
+}
+
+// fetched records a page: its record, its body for the processors that
+// want it, and what it yields: a redirect its target, a stylesheet its
+// requisites, an HTML page its requisites and links. A requisite's links
+// are not followed.
+func (f *Fetch) fetched(it *item, out outcome, resp *fetch.Response) (_ outcome, links []string) {
+	r, c, self := it.rules, it.url, out.self
 	out.o.State = store.Fetched
 	page := &store.Page{
 		Status: resp.Status, ContentType: resp.ContentType, ContentLength: resp.Length,
 		Digest: resp.Digest, FetchedAt: time.Now(), Duration: resp.Duration,
 	}
 	out.o.Page = page
-	if out.o.Body = r.forProcessors(&c, self, &resp, page.FetchedAt); out.o.Body != nil {
+	if out.o.Body = r.forProcessors(&c, self, resp, page.FetchedAt); out.o.Body != nil {
 		out.o.Body.Chunked = it.batch.req.BodyChunks
 	}
 	page.Robots = crawl.RobotsTag(resp.Header.Values("X-Robots-Tag"), r.agent)
 	if resp.Status >= 300 && resp.Status < 400 && resp.Location != "" {
-		target, err := crawl.Resolve(self, resp.Location)
-		if err != nil {
-			page.RedirectTo = "invalid: " + storable(resp.Location)
-			return out
-		}
-		page.RedirectTo = target.String
-		links = append(links, target.Linked())
-		// A redirect is not a link hop: same depth, one more redirect; a
-		// requisite's target is a requisite.
-		redirect := admission.Candidate{URL: target, Depth: c.Depth, Redirects: c.Redirects + 1, Parent: c.ID, Kind: c.Kind}
-		if link, ok := f.admit(r, redirect); ok {
-			out.links = append(out.links, link)
-		}
-		return out
+		return f.redirected(it, out, resp)
 	}
 	page.Canonical = linkHeaderCanonical(self, resp.Header.Values("Link"))
-	if spec.Scope.Requisites && resp.IsStylesheet() {
+	switch {
+	case r.spec.Scope.Requisites && resp.IsStylesheet():
 		// A stylesheet's url()s and @imports: fonts, backgrounds, more CSS.
 		seen := map[uint64]bool{self.Fingerprint(): true}
-		out.links = f.requisites(r, c, self, crawl.CSSURLs(resp.Body, spec.Limits.MaxLinksPerPage), nil, seen, out.links)
-		return out
+		out.links = f.requisites(r, c, self, crawl.CSSURLs(resp.Body, r.spec.Limits.MaxLinksPerPage), nil, seen, out.links)
+		return out, nil
+	case c.Kind == store.KindRequisite || !resp.IsHTML() || len(resp.Body) == 0:
+		return out, nil
 	}
-	if c.Kind == store.KindRequisite || !resp.IsHTML() || len(resp.Body) == 0 {
-		return out // a requisite's links are not followed
+	return f.htmlPage(it, out, resp)
+}
+
+// redirected records where a redirect leads and admits its target. A
+// redirect is not a link hop: same depth, one more redirect; a
+// requisite's target is a requisite.
+func (f *Fetch) redirected(it *item, out outcome, resp *fetch.Response) (_ outcome, links []string) {
+	c, page := it.url, out.o.Page
+	target, err := crawl.Resolve(out.self, resp.Location)
+	if err != nil {
+		page.RedirectTo = "invalid: " + storable(resp.Location)
+		return out, nil
 	}
+	page.RedirectTo = target.String
+	redirect := admission.Candidate{URL: target, Depth: c.Depth, Redirects: c.Redirects + 1, Parent: c.ID, Kind: c.Kind}
+	if link, ok := f.admit(it.rules, redirect); ok {
+		out.links = append(out.links, link)
+	}
+	return out, []string{target.Linked()}
+}
+
+// htmlPage reads an HTML page: its record (title, charset, canonical,
+// robots meta), the requisites it needs and, unless it says nofollow,
+// its links.
+func (f *Fetch) htmlPage(it *item, out outcome, resp *fetch.Response) (_ outcome, links []string) {
+	r, self, page := it.rules, out.self, out.o.Page
+	spec := &r.spec
 	html := crawl.DecodeHTML(resp.Body, resp.Header.Get("Content-Type"))
 	doc := crawl.Extract(html.UTF8, crawl.ExtractOptions{MaxLinks: spec.Limits.MaxLinksPerPage, Requisites: spec.Scope.Requisites})
 	page.Title, page.Links, page.Charset = doc.Title, len(doc.Links), html.Charset
@@ -233,30 +301,39 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) (se
 	seen[self.Fingerprint()] = true
 	// What the page needs to render is no link: a nofollow page has it
 	// fetched too.
-	out.links = f.requisites(r, c, base, doc.Requisites, html.Encoding, seen, out.links)
+	out.links = f.requisites(r, it.url, base, doc.Requisites, html.Encoding, seen, out.links)
 	if page.Robots.NoFollow {
-		return out
+		return out, nil
 	}
-	followNofollow := spec.Scope.FollowsNofollow()
+	return f.follow(it, out, base, &doc, html.Encoding, seen)
+}
+
+// follow admits a page's links, resolved against base, one hop deeper,
+// each once (seen holds the fingerprints the page yielded already);
+// rel="nofollow" ones only when the scope follows them. links are every
+// link followed, admitted or not.
+func (f *Fetch) follow(it *item, out outcome, base crawl.URL, doc *crawl.Page, enc encoding.Encoding, seen map[uint64]bool) (_ outcome, links []string) {
+	c := it.url
+	followNofollow := it.rules.spec.Scope.FollowsNofollow()
 	for i, href := range doc.Links {
 		if doc.RelNoFollow[i] && !followNofollow {
 			continue
 		}
-		u, err := crawl.Resolve(base, crawl.EncodeQuery(href, html.Encoding))
+		u, err := crawl.Resolve(base, crawl.EncodeQuery(href, enc))
 		if err != nil {
 			continue
 		}
 		fp := u.Fingerprint()
-		if seen[fp] || u.String == self.String {
+		if seen[fp] || u.String == out.self.String {
 			continue
 		}
 		seen[fp] = true
 		links = append(links, u.Linked())
-		if link, ok := f.admit(r, admission.Candidate{URL: u, Depth: c.Depth + 1, Parent: c.ID}); ok {
+		if link, ok := f.admit(it.rules, admission.Candidate{URL: u, Depth: c.Depth + 1, Parent: c.ID}); ok {
 			out.links = append(out.links, link)
 		}
 	}
-	return out
+	return out, links
 }
 
 // exchangeOf is what a response makes for the archive: nil when its bytes
