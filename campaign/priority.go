@@ -30,7 +30,7 @@ type compiledPriority struct {
 }
 
 // CompilePriorities compiles the spec's priority rules (Normalize has
-// checked them).
+// checked them), for admission.Compile, which ranks every URL admitted.
 func (s Spec) CompilePriorities() (Priorities, error) {
 	var p Priorities
 	for _, r := range s.Scope.Priorities {

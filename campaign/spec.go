@@ -507,7 +507,9 @@ func below(field string, fields []string) bool {
 	return false
 }
 
-// CompileScope builds the scope rules of a normalised spec.
+// CompileScope builds the scope rules of a normalised spec, for
+// admission.Compile: URLs are judged by the campaign's admission rules,
+// which hold the scope, never by the scope alone.
 func (s Spec) CompileScope() (*crawl.Scope, error) {
 	sc := &crawl.Scope{
 		Hosts:          slices.Clone(s.Scope.Hosts),
