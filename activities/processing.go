@@ -116,7 +116,7 @@ func (c *Control) leaseBatch(ctx context.Context, req campaign.DeliveryLeaseRequ
 
 // storeLease names a lease as the store does.
 func storeLease(req campaign.DeliveryLeaseRequest) store.Lease {
-	return store.Lease{CampaignKey: req.CampaignKey, CampaignID: req.CampaignID, Processor: req.Processor, ID: req.Lease, Held: req.Held}
+	return store.Lease{CampaignKey: req.CampaignKey, CampaignID: req.CampaignID, Processor: req.Processor, ID: req.Lease}
 }
 
 // bodyServers lists the nodes' body endpoints, reading them at its first
@@ -177,7 +177,7 @@ func processRequest(campaignID, processor string, pages []store.LeasedPage, body
 // that failed for good fails each of its pages with the error.
 func (c *Control) StoreProcessed(ctx context.Context, req campaign.StoreProcessedRequest) (campaign.StoreProcessedResult, error) {
 	var res campaign.StoreProcessedResult
-	l := store.Lease{CampaignKey: req.CampaignKey, CampaignID: req.CampaignID, Processor: req.Processor, ID: req.Lease, Held: req.Held}
+	l := store.Lease{CampaignKey: req.CampaignKey, CampaignID: req.CampaignID, Processor: req.Processor, ID: req.Lease}
 	byKey := make(map[string]int64, len(req.IDs))
 	for _, id := range req.IDs {
 		byKey[store.PageKey(req.CampaignID, id)] = id
@@ -220,13 +220,6 @@ func (c *Control) StoreProcessed(ctx context.Context, req campaign.StoreProcesse
 	}
 	if _, err := c.Store.StoreProcessed(ctx, l, results); err != nil {
 		return res, err
-	}
-	if req.Batch != "" && !req.Held { // a held batch's row went with the store
-		// A batch left behind is harmless: it serves no page once its
-		// deliveries are recorded, and its campaign's next run drops it.
-		if err := c.Store.DropBatch(ctx, req.Batch); err != nil {
-			c.Log.Warn("a stored batch is still named", "batch", req.Batch, "error", err)
-		}
 	}
 	for _, r := range results {
 		if r.Error != "" {

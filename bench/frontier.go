@@ -1159,7 +1159,7 @@ func processorLifecycle(ctx context.Context, s *store.Store, key int64, pages in
 	var tokens []string
 	err := phase(fmt.Sprintf("processor: lease batches of %d (held)", p.BatchSize), func() error {
 		for n, seq := 0, int64(1); n < pages; seq++ {
-			l := store.Lease{CampaignKey: key, CampaignID: "life", Processor: p.Name, ID: 1<<32 | seq<<8, Held: true}
+			l := store.Lease{CampaignKey: key, CampaignID: "life", Processor: p.Name, ID: 1<<32 | seq<<8}
 			b, err := s.LeaseBatch(ctx, l, p.BatchSize, p.MaxPending+1)
 			if err != nil {
 				return err

@@ -233,9 +233,7 @@ func (f *Fetch) fetched(it *item, out outcome, resp *fetch.Response) (_ outcome,
 		Digest: resp.Digest, FetchedAt: time.Now(), Duration: resp.Duration,
 	}
 	out.o.Page = page
-	if out.o.Body = r.forProcessors(&c, self, resp, page.FetchedAt); out.o.Body != nil {
-		out.o.Body.Chunked = it.batch.req.BodyChunks
-	}
+	out.o.Body = r.forProcessors(&c, self, resp, page.FetchedAt)
 	page.Robots = crawl.RobotsTag(resp.Header.Values("X-Robots-Tag"), r.agent)
 	if resp.Status >= 300 && resp.Status < 400 && resp.Location != "" {
 		return f.redirected(it, out, resp)

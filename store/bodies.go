@@ -27,10 +27,6 @@ type PageBody struct {
 	ContentType string
 	FetchedAt   time.Time
 	Body        []byte
-	// Chunked is ignored: every body is kept in a chunk.
-	//
-	// Deprecated: callers need not set it.
-	Chunked bool
 }
 
 // chunkedBodies are the pages a commit keeps for processors, beside its

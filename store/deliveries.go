@@ -80,10 +80,6 @@ type Lease struct {
 	// ID names the batch (campaign.DeliveryLeaseRequest.Lease): asked
 	// again, a lease answers with the pages it holds.
 	ID int64
-	// Held is ignored: every lease holds its pages.
-	//
-	// Deprecated: callers need not set it.
-	Held bool
 }
 
 // heldBatch is what a lease holds: its pages in id order, the chunk of

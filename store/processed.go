@@ -202,14 +202,3 @@ func (s *Store) DeliveryPages(ctx context.Context, l Lease, ids []int64) (map[in
 // PageKey is a page's idempotency key for processors: the campaign ID and
 // the page's frontier row, which never changes.
 func PageKey(campaignID string, id int64) string { return campaignID + "/" + strconv.FormatInt(id, 10) }
-
-// DropBatch forgets a batch's token.
-//
-// Deprecated: a batch's row goes when its outcome is stored
-// (StoreProcessed), so nothing is left to drop.
-func (s *Store) DropBatch(ctx context.Context, token string) error {
-	if _, err := s.pool.Exec(ctx, `DELETE FROM delivery_batches WHERE token = $1`, token); err != nil {
-		return fmt.Errorf("drop batch %s: %w", token, err)
-	}
-	return nil
-}
