@@ -236,7 +236,7 @@ func claimPages(t *testing.T, s *store.Store, claim int, raw ...string) (key int
 	if _, err := s.InsertURLs(ctx, key, urls(t, raw...)); err != nil {
 		t.Fatal(err)
 	}
-	l := leaseAll(t, s, key, 10, 10)
+	l := leaseAll(t, s, key, 10)
 	all = ids(l)
 	claimed, err := s.Claim(ctx, key, l.LeaseID, all[:claim], n1, "n1", time.Minute)
 	if err != nil || len(claimed) != claim {

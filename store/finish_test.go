@@ -37,7 +37,7 @@ func processedCampaign(t *testing.T, s *store.Store, edit func(*campaign.Spec)) 
 	if _, err := s.InsertURLs(ctx, key, urls(t, raw...)); err != nil {
 		t.Fatal(err)
 	}
-	l := leaseAll(t, s, key, 10, 10)
+	l := leaseAll(t, s, key, 10)
 	all = ids(l)
 	if claimed, err = s.Claim(ctx, key, l.LeaseID, all, n1, "n1", time.Minute); err != nil || len(claimed) != len(all) {
 		t.Fatalf("claimed %d of %d (%v)", len(claimed), len(all), err)
@@ -200,7 +200,7 @@ func TestCancelledCampaignDropsItsBodies(t *testing.T) {
 	if _, existed, err := s.CreateCampaign(ctx, t.Name(), spec); err != nil || !existed {
 		t.Fatalf("start again: existed %v, %v", existed, err)
 	}
-	l := leaseAll(t, s, key, 20, 20)
+	l := leaseAll(t, s, key, 20)
 	if got, want := ids(l), all[3:]; len(got) != len(want) || !containsAll(got, want) {
 		t.Errorf("the run started again leased %v, want %v", got, want)
 	}

@@ -92,7 +92,7 @@ func TestShallowerLinkReadmitsTooDeepURL(t *testing.T) {
 	if got := rowOf(t, s, key, deep); got != want {
 		t.Fatalf("after a link within max_depth: %+v, want %+v", got, want)
 	}
-	if l := leaseAll(t, s, key, 10, 10); l.Size() != 1 {
+	if l := leaseAll(t, s, key, 10); l.Size() != 1 {
 		t.Fatalf("lease took %d URLs, want the re-admitted one", l.Size())
 	}
 }
@@ -140,7 +140,7 @@ func TestShallowerLinkLeavesOtherRowsAlone(t *testing.T) {
 	key := newCampaign(t, s, "http://a.test/")
 	const fetched, leased, failed = "http://a.test/fetched", "http://a.test/leased", "http://a.test/failed"
 	insert(t, s, key, link(t, fetched, 3, 30, ""), link(t, leased, 3, 30, ""), link(t, failed, 3, 30, ""))
-	l := leaseAll(t, s, key, 10, 10)
+	l := leaseAll(t, s, key, 10)
 	n := holder(t, s, "n", "1")
 	claimed, err := s.Claim(ctx, key, l.LeaseID, ids(l), n, "n", time.Minute)
 	if err != nil || len(claimed) != 3 {
@@ -281,17 +281,20 @@ func TestInsertedPriorityLeasesFirst(t *testing.T) {
 	if _, err := s.InsertURLs(ctx, key, in); err != nil {
 		t.Fatal(err)
 	}
+	n := holder(t, s, "n", "1")
 	var got []string
 	for range 4 {
-		l := leaseAll(t, s, key, 1, 1)
-		if len(l.Groups) != 1 || len(l.Groups[0].IDs) != 1 {
-			t.Fatalf("lease %v, want one URL", l.Groups)
+		l := leaseAll(t, s, key, 1)
+		leased := ids(l)
+		if len(leased) != 1 {
+			t.Fatalf("lease %v, want one URL", leased)
 		}
 		var url string
-		if err := s.Pool().QueryRow(ctx, `SELECT url FROM frontier WHERE id = $1`, l.Groups[0].IDs[0]).Scan(&url); err != nil {
+		if err := s.Pool().QueryRow(ctx, `SELECT url FROM frontier WHERE id = $1`, leased[0]).Scan(&url); err != nil {
 			t.Fatal(err)
 		}
 		got = append(got, url)
+		settle(t, s, key, l.LeaseID, leased, n) // the host's quota is 1
 	}
 	if got[0] != "http://p.test/high" || got[3] != "http://p.test/low" || !slices.Contains(got[1:3], "http://p.test/a") {
 		t.Errorf("leased %q, want /high first, /a and /b, then /low", got)

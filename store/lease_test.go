@@ -321,7 +321,7 @@ func TestReleaseWithoutHolderSparesLiveHolders(t *testing.T) {
 	if _, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/live", "http://a.test/dead", "http://a.test/unclaimed")); err != nil {
 		t.Fatal(err)
 	}
-	l := leaseAll(t, s, key, 10, 10)
+	l := leaseAll(t, s, key, 10)
 	all := ids(l) // one for a live holder, one for a dead one, one unclaimed
 	if len(all) != 3 {
 		t.Fatalf("leased %d URLs, want 3", len(all))
@@ -362,7 +362,7 @@ func TestRestartedNodeDoesNotKeepItsPredecessorsHolds(t *testing.T) {
 	if _, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/")); err != nil {
 		t.Fatal(err)
 	}
-	l := leaseAll(t, s, key, 10, 10)
+	l := leaseAll(t, s, key, 10)
 	if l.Size() != 1 {
 		t.Fatalf("leased %d URLs, want the seed", l.Size())
 	}
@@ -391,6 +391,6 @@ func TestRestartedNodeDoesNotKeepItsPredecessorsHolds(t *testing.T) {
 		if err := s.HeartbeatNode(ctx, "n", "2", true); err != nil {
 			t.Fatal(err)
 		}
-		return slices.Contains(ids(leaseAll(t, s, key, 10, 10)), seed)
+		return slices.Contains(ids(leaseAll(t, s, key, 10)), seed)
 	})
 }

@@ -45,22 +45,55 @@ func urls(t *testing.T, raw ...string) []store.NewURL {
 	return out
 }
 
-func leaseAll(t *testing.T, s *store.Store, key int64, limit, perHost int) campaign.Lease {
+// leaseParams lease up to limit due URLs, in one batch for one node: a
+// long horizon and no delay give every host a quota of limit, so a lease
+// takes what is due, limit at most, until a host has over half of that
+// in flight.
+func leaseParams(key int64, limit int) store.HostLeaseParams {
+	return store.HostLeaseParams{
+		CampaignKey: key,
+		Nodes:       []campaign.LeaseNode{{ID: "n", Weight: 1, Batches: 1}},
+		BatchSize:   limit,
+		Horizon:     time.Hour,
+		TTL:         time.Minute,
+	}
+}
+
+// leaseAll leases with leaseParams(key, limit).
+func leaseAll(t *testing.T, s *store.Store, key int64, limit int) campaign.HostLease {
 	t.Helper()
-	l, err := s.Lease(ctx, store.LeaseParams{CampaignKey: key, Limit: limit, PerHost: perHost, TTL: time.Minute})
+	l, err := s.LeaseHosts(ctx, leaseParams(key, limit))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return l
 }
 
-func ids(l campaign.Lease) []int64 {
+// ids lists a lease's URL IDs in order.
+func ids(l campaign.HostLease) []int64 {
 	var out []int64
-	for _, g := range l.Groups {
-		out = append(out, g.IDs...)
+	for _, b := range l.Batches {
+		out = append(out, b.IDs()...)
 	}
 	slices.Sort(out)
 	return out
+}
+
+// settle claims the leased URLs ids for holder and commits them failed
+// (404): settled, they no longer count against their host's quota.
+func settle(t *testing.T, s *store.Store, key, leaseID int64, ids []int64, holder string) {
+	t.Helper()
+	claimed, err := s.Claim(ctx, key, leaseID, ids, holder, "n", time.Minute)
+	if err != nil || len(claimed) != len(ids) {
+		t.Fatalf("claimed %d of %d (%v)", len(claimed), len(ids), err)
+	}
+	outcomes := make([]store.Outcome, len(claimed))
+	for i, c := range claimed {
+		outcomes[i] = store.Outcome{ID: c.ID, State: store.Failed, Attempted: true, Status: 404}
+	}
+	if res, err := s.Commit(ctx, key, holder, "n", outcomes, nil); err != nil || len(res.Accepted) != len(ids) {
+		t.Fatalf("commit accepted %d of %d (%v)", len(res.Accepted), len(ids), err)
+	}
 }
 
 func TestMigrateIsIdempotent(t *testing.T) {
@@ -102,42 +135,42 @@ func TestInsertDedupsByCanonicalForm(t *testing.T) {
 	}
 }
 
-func TestLeaseIsFairAcrossHostsAndNeverTwice(t *testing.T) {
+// TestLeaseHostsIsFairAcrossHostsAndNeverTwice: a node's room is shared
+// evenly among the due hosts lease after lease, every URL is leased in
+// the end, and none twice: not while the lease before holds it, nor once
+// it is settled.
+func TestLeaseHostsIsFairAcrossHostsAndNeverTwice(t *testing.T) {
 	s := harness.OpenStore(t)
-	key := newCampaign(t, s, "http://h0.test/")
-	var raw []string
-	for h := range 4 {
-		for p := range 10 {
-			raw = append(raw, fmt.Sprintf("http://h%d.test/%d", h, p))
-		}
-	}
-	if _, err := s.InsertURLs(ctx, key, urls(t, raw...)); err != nil {
-		t.Fatal(err)
-	}
-	l := leaseAll(t, s, key, 100, 3)
-	if len(l.Groups) != 4 || l.Size() != 12 {
-		t.Fatalf("lease took %d URLs in %d groups, want 3 from each of 4 hosts", l.Size(), len(l.Groups))
-	}
+	key := politeCampaign(t, s, t.Name(), 0, 1, 4, 10)
+	n := holder(t, s, "n", "1")
+	p := leaseParams(key, 12) // room for 12: 3 from each of 4 hosts
 	seen := map[int64]bool{}
-	for _, id := range ids(l) {
-		seen[id] = true
-	}
-	for range 5 {
-		l2 := leaseAll(t, s, key, 100, 3)
-		for _, id := range ids(l2) {
+	var held campaign.HostLease
+	for range 10 {
+		l := leaseHosts(t, s, p)
+		if l.Size() == 0 {
+			if len(seen) != 40 || l.Pending != 0 || l.LeasedElsewhere != int64(held.Size()) {
+				t.Fatalf("empty lease %+v after %d distinct URLs, want all 40 leased and the last lease's %d held", l, len(seen), held.Size())
+			}
+			return
+		}
+		got := perHost(l)
+		if len(got) != 4 || got["h0.test"] != got["h1.test"] || got["h0.test"] != got["h2.test"] || got["h0.test"] != got["h3.test"] {
+			t.Fatalf("lease took %v, want the same from each of 4 hosts", got)
+		}
+		for _, id := range ids(l) {
 			if seen[id] {
 				t.Fatalf("URL %d leased twice", id)
 			}
 			seen[id] = true
 		}
+		// Taken while the lease before is held; only then is that one settled.
+		if held.Size() > 0 {
+			settle(t, s, key, held.LeaseID, ids(held), n)
+		}
+		held = l
 	}
-	if len(seen) != 40 {
-		t.Fatalf("leased %d distinct URLs, want all 40", len(seen))
-	}
-	empty := leaseAll(t, s, key, 100, 3)
-	if empty.Size() != 0 || empty.Pending != 0 || empty.LeasedElsewhere != 40 {
-		t.Fatalf("empty lease = %+v, want nothing pending and 40 leased elsewhere", empty)
-	}
+	t.Fatalf("40 URLs not leased in 10 leases of 12: %d", len(seen))
 }
 
 // holder registers a node process and returns its holder token: alive
@@ -158,7 +191,7 @@ func TestClaimCommitAndLostClaim(t *testing.T) {
 	if _, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/1", "http://a.test/2", "http://a.test/3")); err != nil {
 		t.Fatal(err)
 	}
-	l := leaseAll(t, s, key, 10, 10)
+	l := leaseAll(t, s, key, 10)
 	all := ids(l)
 	claimed, err := s.Claim(ctx, key, l.LeaseID, all, n1, "n1", time.Minute)
 	if err != nil || len(claimed) != 3 {
@@ -213,7 +246,7 @@ func TestClaimCommitAndLostClaim(t *testing.T) {
 		t.Fatalf("summary %+v", sum)
 	}
 	// The retried URL is not due for an hour: the lease says so.
-	l2 := leaseAll(t, s, key, 10, 10)
+	l2 := leaseAll(t, s, key, 10)
 	if l2.Size() != 1 { // only the new link
 		t.Fatalf("lease took %d, want only the new link", l2.Size())
 	}
@@ -223,7 +256,7 @@ func TestClaimCommitAndLostClaim(t *testing.T) {
 	if _, err := s.Pool().Exec(ctx, `UPDATE frontier SET state = 'excluded' WHERE id = $1`, ids(l2)[0]); err != nil {
 		t.Fatal(err)
 	}
-	l3 := leaseAll(t, s, key, 10, 10)
+	l3 := leaseAll(t, s, key, 10)
 	if l3.Size() != 0 || l3.Pending != 1 || l3.LeasedElsewhere != 0 || l3.NextDue.D() < 50*time.Minute {
 		t.Fatalf("lease = %+v, want one pending URL due in about an hour", l3)
 	}
@@ -235,14 +268,16 @@ func TestExpiredLeaseReturnsToPending(t *testing.T) {
 	if _, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/1")); err != nil {
 		t.Fatal(err)
 	}
-	l, err := s.Lease(ctx, store.LeaseParams{CampaignKey: key, Limit: 10, PerHost: 10, TTL: time.Millisecond})
+	p := leaseParams(key, 10)
+	p.TTL = time.Millisecond
+	l, err := s.LeaseHosts(ctx, p)
 	if err != nil || l.Size() != 1 {
 		t.Fatalf("lease %+v %v", l, err)
 	}
 	if _, err := s.Pool().Exec(ctx, `UPDATE frontier SET lease_expires_at = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
 	}
-	l2 := leaseAll(t, s, key, 10, 10)
+	l2 := leaseAll(t, s, key, 10)
 	if l2.Size() != 1 || l2.LeaseID == l.LeaseID {
 		t.Fatalf("expired URL not re-leased: %+v", l2)
 	}
@@ -252,6 +287,9 @@ func TestExpiredLeaseReturnsToPending(t *testing.T) {
 	}
 }
 
+// TestMaxPagesBudget: leases admit no more URLs never leased before than
+// limits.max_pages, say when the budget is spent, and do not charge a URL
+// again when it comes back to pending.
 func TestMaxPagesBudget(t *testing.T) {
 	s := harness.OpenStore(t)
 	key := newCampaign(t, s, "http://a.test/")
@@ -262,23 +300,27 @@ func TestMaxPagesBudget(t *testing.T) {
 	if _, err := s.InsertURLs(ctx, key, urls(t, raw...)); err != nil {
 		t.Fatal(err)
 	}
-	p := store.LeaseParams{CampaignKey: key, Limit: 4, PerHost: 10, TTL: time.Minute, MaxPages: 6}
-	l1, _ := s.Lease(ctx, p)
-	l2, _ := s.Lease(ctx, p)
-	l3, err := s.Lease(ctx, p)
-	if err != nil || l1.Size() != 4 || l2.Size() != 2 || l3.Size() != 0 || !l3.BudgetExhausted {
-		t.Fatalf("leases of %d, %d, %d (exhausted %v, %v); want 4, 2, 0 and exhausted", l1.Size(), l2.Size(), l3.Size(), l3.BudgetExhausted, err)
+	n := holder(t, s, "n", "1")
+	p := leaseParams(key, 4)
+	p.MaxPages = 6
+	l1 := leaseHosts(t, s, p)
+	settle(t, s, key, l1.LeaseID, ids(l1), n) // the host may take more
+	l2 := leaseHosts(t, s, p)
+	l3 := leaseHosts(t, s, p)
+	if l1.Size() != 4 || l2.Size() != 2 || !l2.BudgetExhausted || l3.Size() != 0 || !l3.BudgetExhausted {
+		t.Fatalf("leases of %d, %d (exhausted %v), %d (exhausted %v); want 4, 2 and 0, both exhausted",
+			l1.Size(), l2.Size(), l2.BudgetExhausted, l3.Size(), l3.BudgetExhausted)
 	}
 	// A URL that goes back to pending for a retry is not charged again.
-	if _, err := s.Release(ctx, key, l1.LeaseID, ids(l1), ""); err != nil {
+	if _, err := s.Release(ctx, key, l2.LeaseID, ids(l2), ""); err != nil {
 		t.Fatal(err)
 	}
-	if l4, _ := s.Lease(ctx, p); l4.Size() != 4 {
-		t.Fatalf("released URLs re-leased %d, want 4", l4.Size())
+	if l4 := leaseHosts(t, s, p); l4.Size() != 2 {
+		t.Fatalf("released URLs re-leased %d, want 2", l4.Size())
 	}
-	n, err := s.ExcludePending(ctx, key, "limits.max_pages reached")
-	if err != nil || n != 4 {
-		t.Fatalf("excluded %d (%v), want the 4 never admitted", n, err)
+	excluded, err := s.ExcludePending(ctx, key, "limits.max_pages reached")
+	if err != nil || excluded != 4 {
+		t.Fatalf("excluded %d (%v), want the 4 never admitted", excluded, err)
 	}
 }
 
@@ -373,7 +415,7 @@ func TestURLWhoseClaimIsLostEndsFailed(t *testing.T) {
 	}
 	var crash int64
 	for life := 1; ; life++ {
-		l := leaseAll(t, s, key, 10, 10)
+		l := leaseAll(t, s, key, 10)
 		if life == 1 {
 			crash = ids(l)[0]
 		}
@@ -421,7 +463,7 @@ func TestURLWhoseClaimIsLostEndsFailed(t *testing.T) {
 	if state != store.Failed || reason != "node lost while fetching (after 2 attempts)" || attempts != 2 {
 		t.Fatalf("crashing URL ended %s (%q) after %d attempts, want failed with the reason after 2", state, reason, attempts)
 	}
-	if l := leaseAll(t, s, key, 10, 10); l.Size() != 0 || l.Pending != 0 || l.LeasedElsewhere != 0 {
+	if l := leaseAll(t, s, key, 10); l.Size() != 0 || l.Pending != 0 || l.LeasedElsewhere != 0 {
 		t.Fatalf("lease after the URL failed: %+v, want nothing left", l)
 	}
 }
@@ -436,7 +478,7 @@ func TestClaimChargesOnlyWhatItTakes(t *testing.T) {
 	if _, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/fetched", "http://a.test/back", "http://a.test/excluded")); err != nil {
 		t.Fatal(err)
 	}
-	l := leaseAll(t, s, key, 10, 10)
+	l := leaseAll(t, s, key, 10)
 	all := ids(l)
 	n := holder(t, s, "n", "1")
 	for range 2 { // delivered twice
