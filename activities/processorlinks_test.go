@@ -70,11 +70,12 @@ func fetchForProcessor(t *testing.T, s *store.Store, key int64, processor string
 		t.Fatal(err)
 	}
 	holder := store.HolderToken("n1", "1")
-	l, err := s.Lease(ctx, store.LeaseParams{CampaignKey: key, Limit: 10, PerHost: 10, TTL: time.Minute})
-	if err != nil || len(l.Groups) != 1 || len(l.Groups[0].IDs) != 1 {
+	l, err := s.LeaseHosts(ctx, store.HostLeaseParams{CampaignKey: key, Nodes: []campaign.LeaseNode{{ID: "n1", Weight: 1, Batches: 1}},
+		BatchSize: 10, Horizon: time.Hour, TTL: time.Minute})
+	if err != nil || l.Size() != 1 {
 		t.Fatalf("leased %+v (%v), want the seed", l, err)
 	}
-	claimed, err := s.Claim(ctx, key, l.LeaseID, l.Groups[0].IDs, holder, "n1", time.Minute)
+	claimed, err := s.Claim(ctx, key, l.LeaseID, l.Batches[0].IDs(), holder, "n1", time.Minute)
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claimed %v (%v), want the seed", claimed, err)
 	}
