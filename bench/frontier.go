@@ -198,8 +198,8 @@ func writeReport(out string, report []byte) error {
 	return nil
 }
 
-// explainLeases records the plans of a lease with work, an idle poll, the
-// same by the legacy Lease, and a node's host claim.
+// explainLeases records the plans of a lease with work, an idle poll and
+// a node's host claim.
 func explainLeases(ctx context.Context, s *store.Store, url string, serverLog *logCapture, busy, tail store.HostLeaseParams,
 	w io.Writer, verdict *planVerdict) error {
 	// The first lease returns the rows of the dead node to pending: a
@@ -231,7 +231,7 @@ func explainLeases(ctx context.Context, s *store.Store, url string, serverLog *l
 	return nil
 }
 
-// timeAllLeases times LeaseHosts and the legacy Lease, with work and idle.
+// timeAllLeases times LeaseHosts, with work and idle.
 func timeAllLeases(ctx context.Context, s *store.Store, busy, tail store.HostLeaseParams, n int, w io.Writer) error {
 	fmt.Fprintf(w, "== LeaseHosts end to end, %d leases each (no auto_explain)\n\n", n)
 	for _, c := range []struct {
@@ -243,26 +243,6 @@ func timeAllLeases(ctx context.Context, s *store.Store, busy, tail store.HostLea
 		}
 		t, err := timeLeases(ctx, s, c.p.CampaignKey, n, func() (int64, int, error) {
 			l, err := s.LeaseHosts(ctx, c.p)
-			return l.LeaseID, l.Size(), err
-		})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "%-46s %s\n", c.name, t)
-	}
-	legacy := []struct {
-		name string
-		p    store.LeaseParams
-	}{
-		{"busy: legacy Lease (v0.1.0 runs), 1000 URLs", store.LeaseParams{CampaignKey: busy.CampaignKey, Limit: 1000, PerHost: 4, TTL: time.Minute}},
-		{"tail: legacy Lease, idle poll", store.LeaseParams{CampaignKey: tail.CampaignKey, Limit: 1000, PerHost: 4, TTL: time.Minute}},
-	}
-	for _, c := range legacy {
-		if err := setTailClock(ctx, s); err != nil {
-			return err
-		}
-		t, err := timeLeases(ctx, s, c.p.CampaignKey, n, func() (int64, int, error) {
-			l, err := s.Lease(ctx, c.p)
 			return l.LeaseID, l.Size(), err
 		})
 		if err != nil {
@@ -320,21 +300,9 @@ func frontierSteps(plain *store.Store, busy, tail store.HostLeaseParams) []front
 				l.Size(), len(l.Batches), l.Pending, l.LeasedElsewhere, l.NextDue.D()), unlease(ctx, plain, p.CampaignKey, l.LeaseID)
 		}
 	}
-	legacy := func(key int64) func(context.Context, *store.Store) (string, error) {
-		return func(ctx context.Context, s *store.Store) (string, error) {
-			l, err := s.Lease(ctx, store.LeaseParams{CampaignKey: key, Limit: 1000, PerHost: 4, TTL: time.Minute})
-			if err != nil {
-				return "", err
-			}
-			return fmt.Sprintf("%d URLs, pending %d, leased elsewhere %d, next due %s",
-				l.Size(), l.Pending, l.LeasedElsewhere, l.NextDue.D()), unlease(ctx, plain, key, l.LeaseID)
-		}
-	}
 	return []frontierStep{
 		{"LeaseHosts, busy: due work", lease(busy)},
 		{"LeaseHosts, tail: idle poll", lease(tail)},
-		{"Lease (legacy, v0.1.0 runs), busy: due work", legacy(busy.CampaignKey)},
-		{"Lease (legacy, v0.1.0 runs), tail: idle poll", legacy(tail.CampaignKey)},
 		{"ClaimHost and RenewHosts (a node, per host it fetches)", func(ctx context.Context, s *store.Store) (string, error) {
 			holder := store.HolderToken("node-1", "inc")
 			c, err := s.ClaimHost(ctx, "h5.busy.test", holder, time.Minute)
