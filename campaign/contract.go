@@ -106,41 +106,6 @@ type StartResult struct {
 	SearchAttributes []string `json:"search_attributes,omitempty"`
 }
 
-// LeaseRequest asks for a batch of due URLs.
-type LeaseRequest struct {
-	CampaignKey int64    `json:"campaign_key"`
-	Limit       int      `json:"limit"`
-	PerHost     int      `json:"per_host"`
-	TTL         Duration `json:"ttl"`
-	// MaxPages is the campaign cap (0: none); leases never admit more URLs.
-	MaxPages int64 `json:"max_pages"`
-}
-
-// Lease is a set of URLs now leased to the campaign, grouped by shard key so
-// the workflow routes each group once.
-type Lease struct {
-	LeaseID int64        `json:"lease_id"`
-	Groups  []LeaseGroup `json:"groups,omitempty"`
-	// Pending counts URLs waiting, due or not, after this lease.
-	Pending int64 `json:"pending"`
-	// LeasedElsewhere counts URLs held by other leases.
-	LeasedElsewhere int64 `json:"leased_elsewhere"`
-	// NextDue is how long until the earliest pending URL or lease expiry,
-	// when nothing is due now.
-	NextDue Duration `json:"next_due"`
-	// BudgetExhausted is set when MaxPages admits no more URLs.
-	BudgetExhausted bool `json:"budget_exhausted"`
-}
-
-// Size is the number of URLs in the lease.
-func (l Lease) Size() int {
-	n := 0
-	for _, g := range l.Groups {
-		n += len(g.IDs)
-	}
-	return n
-}
-
 // LeaseGroup is the leased URLs of one shard key.
 type LeaseGroup struct {
 	ShardKey string  `json:"k"`
