@@ -163,67 +163,109 @@ func oneLinkPerURL(urls []NewURL) []NewURL {
 // insertURLs adds hosts not yet known, then the URLs (one link per URL, in
 // fingerprint order), each statement on its own: a hosts row without its
 // URLs is harmless, and both are idempotent, so a retry after a failure
-// between them is safe. Hosts go in key order, for the same reason links
-// go in fingerprint order.
+// between them is safe. It returns the fingerprints of the rows inserted.
 func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL) (map[int64]bool, error) {
 	if len(urls) == 0 {
 		return nil, nil
 	}
+	if err := s.addHosts(ctx, campaignKey, s.unknownHosts(campaignKey, urls)); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, insertURLsSQL, append([]any{campaignKey}, newURLRows(urls).args()...)...)
+	if err != nil {
+		return nil, fmt.Errorf("add URLs: %w", err)
+	}
+	inserted := make(map[int64]bool, len(urls))
+	var fp int64
+	if _, err := pgx.ForEachRow(rows, []any{&fp}, func() error { inserted[fp] = true; return nil }); err != nil {
+		return nil, fmt.Errorf("add URLs: %w", err)
+	}
+	return inserted, nil
+}
+
+// unknownHosts are the shard keys of urls this store has not added to
+// the campaign yet, sorted (in key order, for the same reason links go in
+// fingerprint order) and without repeats.
+func (s *Store) unknownHosts(campaignKey int64, urls []NewURL) []string {
 	keys := make([]string, 0, 4)
 	for _, u := range urls {
 		if _, known := s.knownHosts.Load(hostKey(campaignKey, u.ShardKey)); !known {
 			keys = append(keys, u.ShardKey)
 		}
 	}
-	if len(keys) > 0 {
-		slices.Sort(keys)
-		keys = slices.Compact(keys)
-		// A campaign new to a host may be stricter than those crawling it
-		// already: the nodes holding it hear of that at once (see
-		// HostPolicies), as they do of a campaign starting.
-		if _, err := s.pool.Exec(ctx, `
-			WITH added AS (
-				INSERT INTO hosts (campaign, shard_key)
-				SELECT $1, k FROM unnest($2::text[]) AS k
-				ON CONFLICT (campaign, shard_key) DO NOTHING
-				RETURNING 1
-			)
-			SELECT pg_notify($3, $1::text) WHERE EXISTS (SELECT FROM added)`, campaignKey, keys, PolicyChannel); err != nil {
-			return nil, fmt.Errorf("add hosts: %w", err)
-		}
-		for _, k := range keys {
-			s.knownHosts.Store(hostKey(campaignKey, k), struct{}{})
-		}
-	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
 
-	fps := make([]int64, len(urls))
-	canon := make([]string, len(urls))
-	found := make([]*string, len(urls))
-	shard := make([]string, len(urls))
-	depth := make([]int32, len(urls))
-	redirects := make([]int32, len(urls))
-	parent := make([]*int64, len(urls))
-	excluded := make([]*string, len(urls))
-	kind := make([]string, len(urls))
-	priority := make([]int16, len(urls))
-	addedBy := make([]*string, len(urls))
-	for i, u := range urls {
-		kind[i], priority[i] = u.kind(), u.Priority
-		if u.AddedBy != "" {
-			addedBy[i] = &urls[i].AddedBy
-		}
-		if u.ExcludedBecause != "" {
-			excluded[i] = &urls[i].ExcludedBecause
-		}
-		fps[i] = int64(u.Fingerprint)
-		canon[i] = u.URL
-		found[i] = urls[i].foundAs()
-		shard[i] = u.ShardKey
-		depth[i] = int32(u.Depth)
-		redirects[i] = int32(u.Redirects)
-		parent[i] = urls[i].parent()
+// addHosts adds the campaign's hosts keys, if new, and remembers them as
+// known. A campaign new to a host may be stricter than those crawling it
+// already: the nodes holding it hear of that at once (see HostPolicies),
+// as they do of a campaign starting.
+func (s *Store) addHosts(ctx context.Context, campaignKey int64, keys []string) error {
+	if len(keys) == 0 {
+		return nil
 	}
-	rows, err := s.pool.Query(ctx, `
+	if _, err := s.pool.Exec(ctx, `
+		WITH added AS (
+			INSERT INTO hosts (campaign, shard_key)
+			SELECT $1, k FROM unnest($2::text[]) AS k
+			ON CONFLICT (campaign, shard_key) DO NOTHING
+			RETURNING 1
+		)
+		SELECT pg_notify($3, $1::text) WHERE EXISTS (SELECT FROM added)`, campaignKey, keys, PolicyChannel); err != nil {
+		return fmt.Errorf("add hosts: %w", err)
+	}
+	for _, k := range keys {
+		s.knownHosts.Store(hostKey(campaignKey, k), struct{}{})
+	}
+	return nil
+}
+
+// urlRows are the links of an insert as the columns of insertURLsSQL
+// ($2-$12).
+type urlRows struct {
+	fps               []int64
+	canon, shard      []string
+	found             []*string
+	depth, redirects  []int32
+	parent            []*int64
+	excluded, addedBy []*string
+	kind              []string
+	priority          []int16
+}
+
+// newURLRows lays out urls as columns; the nullable ones point into urls.
+func newURLRows(urls []NewURL) urlRows {
+	n := len(urls)
+	r := urlRows{
+		fps: make([]int64, n), canon: make([]string, n), shard: make([]string, n), found: make([]*string, n),
+		depth: make([]int32, n), redirects: make([]int32, n), parent: make([]*int64, n),
+		excluded: make([]*string, n), addedBy: make([]*string, n), kind: make([]string, n), priority: make([]int16, n),
+	}
+	for i := range urls {
+		u := &urls[i]
+		r.fps[i], r.canon[i], r.shard[i], r.found[i] = int64(u.Fingerprint), u.URL, u.ShardKey, u.foundAs()
+		r.depth[i], r.redirects[i], r.parent[i] = int32(u.Depth), int32(u.Redirects), u.parent()
+		r.kind[i], r.priority[i] = u.kind(), u.Priority
+		if u.ExcludedBecause != "" {
+			r.excluded[i] = &u.ExcludedBecause
+		}
+		if u.AddedBy != "" {
+			r.addedBy[i] = &u.AddedBy
+		}
+	}
+	return r
+}
+
+// args are the columns, $2 to $12 of insertURLsSQL.
+func (r urlRows) args() []any {
+	return []any{r.fps, r.canon, r.found, r.shard, r.depth, r.redirects, r.parent, r.excluded, r.kind, r.priority, r.addedBy}
+}
+
+// insertURLsSQL inserts the links ($2-$12) of campaign $1 whose URL it
+// does not have, in order, under hosts already added, and returns their
+// fingerprints. A link recorded excluded is finished as it is inserted.
+const insertURLsSQL = `
 		INSERT INTO frontier (campaign, fingerprint, url, found_as, host_id, shard_key, depth, redirects, parent_id,
 		                      state, last_error, finished_at, kind, priority, added_by)
 		SELECT $1, l.fp, l.url, l.found, h.id, l.key, l.depth, l.redirects, l.parent,
@@ -235,18 +277,7 @@ func (s *Store) insertURLs(ctx context.Context, campaignKey int64, urls []NewURL
 		JOIN hosts h ON h.campaign = $1 AND h.shard_key = l.key
 		ORDER BY l.ord
 		ON CONFLICT (campaign, fingerprint) DO NOTHING
-		RETURNING fingerprint`,
-		campaignKey, fps, canon, found, shard, depth, redirects, parent, excluded, kind, priority, addedBy)
-	if err != nil {
-		return nil, fmt.Errorf("add URLs: %w", err)
-	}
-	inserted := make(map[int64]bool, len(urls))
-	var fp int64
-	if _, err := pgx.ForEachRow(rows, []any{&fp}, func() error { inserted[fp] = true; return nil }); err != nil {
-		return nil, fmt.Errorf("add URLs: %w", err)
-	}
-	return inserted, nil
-}
+		RETURNING fingerprint`
 
 // RaisePriority gives the campaign's pending URLs among fingerprints at
 // least priority, so that their host's next lease takes them first.
