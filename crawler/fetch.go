@@ -11,6 +11,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/spiderpool/spiderpool/admission"
 	"github.com/spiderpool/spiderpool/archive"
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/fetch"
@@ -42,7 +43,7 @@ type Fetch struct {
 	hosts    *hostTable
 	robots   *robotsCache
 	sitemaps firsts
-	queries  *queryCaps
+	queries  admission.QueryCounts // query URLs per host this node admitted (see admission.QueryCounter)
 	rules    *rulesCache
 	metrics  *metrics.Crawl
 	archive  *archive.Writer
@@ -117,7 +118,6 @@ func NewFetch(node string, st *store.Store, f *fetch.Fetcher, o FetchOptions, lo
 		slots:   slots,
 		hosts:   newHostTable(o.Holder, st, log),
 		robots:  newRobotsCache(st, f, slots, log),
-		queries: &queryCaps{seen: map[campaignHost]map[uint64]struct{}{}},
 		rules:   &rulesCache{store: st, byKey: map[int64]*rules{}},
 		metrics: o.Metrics,
 		archive: o.Archive,

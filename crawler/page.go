@@ -469,37 +469,8 @@ func backoff(p campaign.Retry, attempt int) time.Duration {
 // rules, the node's query counts capping its hosts: the frontier row, or
 // false when it gets none.
 func (f *Fetch) admit(r *rules, c admission.Candidate) (store.NewURL, bool) {
-	link, refused := r.admission.Admit(c, f.queries)
+	link, refused := r.admission.Admit(c, &f.queries)
 	return link, refused == crawl.InScope
-}
-
-// queryCaps counts, per host, the distinct URLs with a query string this
-// node has admitted (an admission.QueryCounter): an endless calendar or
-// faceted search stops at the cap. A host has one owner at a time, so the
-// owner's count is the count; after a remap the new owner starts afresh,
-// which errs towards crawling.
-type queryCaps struct {
-	mu   sync.Mutex
-	seen map[campaignHost]map[uint64]struct{}
-}
-
-func (q *queryCaps) CountQuery(campaignKey int64, shard string, fp uint64, limit int) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	k := campaignHost{campaignKey, shard}
-	set := q.seen[k]
-	if set == nil {
-		set = map[uint64]struct{}{}
-		q.seen[k] = set
-	}
-	if _, ok := set[fp]; ok {
-		return true
-	}
-	if len(set) >= limit {
-		return false
-	}
-	set[fp] = struct{}{}
-	return true
 }
 
 // campaignHost is one campaign's view of one host.
