@@ -4,10 +4,16 @@ import "sync"
 
 // QueryCounts is a QueryCounter in memory, for the links one process
 // adds. The zero value counts nothing yet; it is safe for concurrent use.
+// Each host's count holds at most its cap; past maxCountedHosts hosts the
+// counts start afresh, which errs towards crawling, as a host changing
+// owner does.
 type QueryCounts struct {
 	mu   sync.Mutex
 	seen map[campaignHost]map[uint64]struct{}
 }
+
+// maxCountedHosts bounds the hosts QueryCounts remembers.
+const maxCountedHosts = 100_000
 
 // campaignHost is one campaign's view of one host.
 type campaignHost struct {
@@ -23,7 +29,7 @@ func (q *QueryCounts) CountQuery(campaignKey int64, shard string, fp uint64, lim
 	k := campaignHost{campaignKey, shard}
 	set := q.seen[k]
 	if set == nil {
-		if q.seen == nil {
+		if q.seen == nil || len(q.seen) >= maxCountedHosts {
 			q.seen = map[campaignHost]map[uint64]struct{}{}
 		}
 		set = map[uint64]struct{}{}

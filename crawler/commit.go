@@ -135,7 +135,7 @@ func (h *Commits) kick() {
 // committer records one campaign's settlements in chunks: links first,
 // then outcomes and page records, and hand-backs. Postgres being away
 // (a restart, an outage) only makes it wait and try again: the fetches are
-// paid for, and the batches heartbeat meanwhile.
+// paid for, and the batches wait for their commit to end.
 type committer struct {
 	h    *Commits
 	key  int64

@@ -4,12 +4,11 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
-
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/spiderpool/spiderpool/admission"
 	"github.com/spiderpool/spiderpool/archive"
@@ -318,7 +317,7 @@ func (f *Fetch) accept(ctx context.Context, req campaign.FetchBatchRequest) (res
 	}
 	claimed, err := f.store.Claim(ctx, req.CampaignKey, req.LeaseID, req.IDs, f.holder, f.node, r.spec.Dispatch.LeaseTTL.D())
 	if err != nil {
-		return res, false, temporal.NewApplicationErrorWithCause(err.Error(), "BatchFailed", err)
+		return res, false, fmt.Errorf("claim batch %d of campaign %d: %w", req.Batch, req.CampaignKey, err)
 	}
 	for _, c := range claimed {
 		f.metrics.LeaseAge(c.LeaseAge)

@@ -22,9 +22,14 @@ func Backoff(first, most time.Duration) *backoff.ExponentialBackOff {
 }
 
 // Sleep waits b's next wait, or until done is closed: it says whether the
-// wait ran out (and the caller may try again).
+// wait ran out (and the caller may try again). A backoff that says stop
+// (backoff.Stop) ends the loop too.
 func Sleep(done <-chan struct{}, b backoff.BackOff) bool {
-	t := time.NewTimer(b.NextBackOff())
+	next := b.NextBackOff()
+	if next == backoff.Stop {
+		return false
+	}
+	t := time.NewTimer(next)
 	defer t.Stop()
 	select {
 	case <-done:

@@ -3,6 +3,8 @@ package retry
 import (
 	"testing"
 	"time"
+
+	"github.com/cenkalti/backoff/v5"
 )
 
 // TestBackoffGrowsToItsMostAndStops: the waits start near first, about
@@ -32,5 +34,13 @@ func TestBackoffGrowsToItsMostAndStops(t *testing.T) {
 	}
 	if !Sleep(make(chan struct{}), Backoff(time.Millisecond, time.Millisecond)) {
 		t.Error("Sleep said done for a wait that ran out")
+	}
+}
+
+// TestSleepEndsOnStop: a backoff that says stop ends the loop at once
+// rather than spinning.
+func TestSleepEndsOnStop(t *testing.T) {
+	if Sleep(make(chan struct{}), &backoff.StopBackOff{}) {
+		t.Error("Sleep said try again for a backoff that says stop")
 	}
 }

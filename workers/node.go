@@ -165,8 +165,8 @@ func newFetcher(cfg config.Config, hl httpListener) (*fetch.Fetcher, error) {
 
 // nodeRun is one node process at work: its control-queue worker, the
 // crawl engine of each of its node identities with their registrations,
-// and the puller and committer they share; and, for a plain node, the
-// worker on its own task queue. runNode builds it; fx starts and stops it.
+// and the puller and committer they share. runNode builds it; fx starts
+// and stops it.
 type nodeRun struct {
 	cfg config.Config
 	log *slog.Logger
@@ -270,9 +270,8 @@ func (r *nodeRun) startWorkers() error {
 }
 
 // stop takes no new batches; then the engines hand back what they have
-// not started and complete their batches while the control worker can
-// still record their completion; then the loops end and the identities
-// deregister.
+// not started and the puller reports their batches; then the control
+// worker stops, the loops end and the identities deregister.
 func (r *nodeRun) stop(ctx context.Context) error {
 	r.puller.Stop(ctx)
 	r.stopEngines(ctx)

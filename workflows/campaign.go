@@ -41,8 +41,8 @@ func Register(r interface {
 // pool.go, since v0.11.0) routes batches into Postgres for the nodes to
 // take. Earlier versions (v0.1.0 to v0.10.0: no marker, or version 1,
 // which scheduled a FetchBatch activity per batch) are out of the support
-// window (docs/upgrading.md): such a run's workflow task fails with
-// errRetired, and the run waits for a node of its own release.
+// window (docs/upgrading.md): such a run's workflow task fails (see
+// retired), and the run waits for a node of its own release.
 const hostFlowChange = "host-aware-flow"
 
 // poolRuns is hostFlowChange's version: the only one this code runs.
@@ -398,8 +398,8 @@ func (d *dispatcher) finish() (campaign.Summary, error) {
 }
 
 // settleCounters takes the campaign's final figures from Postgres, the
-// truth: the counters sum batch reports, and a node that dies after a
-// commit but before it reports (or heartbeats) leaves pages out of them.
+// truth: the counters sum the looks at the nodes' figures, and a node that
+// dies after a commit but before its figures are read leaves pages out.
 // Status of a finished campaign then agrees with its summary.
 func (d *dispatcher) settleCounters(sum campaign.Summary) {
 	c := &d.counters
@@ -423,13 +423,14 @@ func (d *dispatcher) settleNodeFigures(ctx workflow.Context) {
 	}
 }
 
-// finishCancelled waits for in-flight batches to hand their URLs back, then
-// records the outcome.
+// finishCancelled waits for the lease and writes under way, then records
+// the outcome; the nodes stop the campaign's batches when they see it
+// ended, and hand their URLs back.
 func (d *dispatcher) finishCancelled() (campaign.Summary, error) {
 	d.state = "cancelling"
 	ctx, _ := workflow.NewDisconnectedContext(d.ctx)
 	for !d.quiet() {
-		d.sel.Select(ctx) // batches answer the cancellation with what they did
+		d.sel.Select(ctx) // the lease and writes under way answer
 	}
 	d.settleNodeFigures(ctx)
 	var sum campaign.Summary

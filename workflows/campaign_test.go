@@ -635,3 +635,20 @@ func TestLeaseAnsweredAfterItsNodeDiedSendsItNothing(t *testing.T) {
 		t.Fatalf("fetched %d of 120", f.fetched)
 	}
 }
+
+// TestNewRunsRecordTheMarkersV011Reads: a new run records every version
+// marker a v0.11.0 node reads, so that such a node, beside this release's
+// in a rolling upgrade, replays the run as this release runs it.
+func TestNewRunsRecordTheMarkersV011Reads(t *testing.T) {
+	f := newFakeCluster(2, 2, alive("a", 1))
+	env := newEnv(t, f)
+	meter := newHistoryMeter(env, false)
+	run(t, env, testSpec())
+	meter.mu.Lock()
+	defer meter.mu.Unlock()
+	for _, change := range []string{hostFlowChange, controlRetryChange, boundedRunChange, staleRouteChange} {
+		if !meter.versions[change] {
+			t.Errorf("the run recorded no %q marker; recorded %v", change, meter.versions)
+		}
+	}
+}

@@ -41,9 +41,8 @@ type node struct {
 	heard    bool
 }
 
-// carried is the node's state for the next run. Of a pool run's figures
-// only what Postgres does not keep goes on (what FetchBatch activities of
-// earlier runs did): the next run hears the rest again.
+// carried is the node's state for the next run. Of its figures only what
+// Postgres does not keep goes on: the next run hears the rest again.
 func (n *node) carried() campaign.CarriedNode {
 	return campaign.CarriedNode{
 		ID: n.id, Weight: n.weight, Override: n.override, Drain: n.drain, Health: n.health,
@@ -53,8 +52,8 @@ func (n *node) carried() campaign.CarriedNode {
 	}
 }
 
-// nodeFromCarry is carried's inverse. A node a v0.1.0 run had marked
-// suspect is healthy here: only the registry says otherwise.
+// nodeFromCarry is carried's inverse: a node is healthy or dead, as the
+// registry last said.
 func nodeFromCarry(c campaign.CarriedNode) *node {
 	health := c.Health
 	if health != dead {
