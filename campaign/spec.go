@@ -189,16 +189,17 @@ type Timeouts struct {
 
 // Dispatch tunes the workflow's batching. The defaults suit most crawls.
 type Dispatch struct {
-	// BatchSize is the most URLs in one fetch activity. Default 200.
+	// BatchSize is the most URLs in one batch. Default 1000.
 	BatchSize int `json:"batch_size"`
 	// WindowPerNode is how many batches each node may have in flight.
 	// Default 4.
 	WindowPerNode int `json:"window_per_node"`
-	// HeartbeatTimeout: a node silent this long mid-batch is suspect and its
-	// batch moves on. Default 10s.
+	// HeartbeatTimeout is read by nothing since batches go through Postgres
+	// (a node's death is its registry heartbeat's); kept, with its default
+	// of 10s, so that specs which set it parse as before.
 	HeartbeatTimeout Duration `json:"heartbeat_timeout"`
-	// ScheduleToStartTimeout: a batch not picked up this long moves to the
-	// next node. Default 10s.
+	// ScheduleToStartTimeout is read by nothing; kept so that specs which
+	// set it parse as before.
 	ScheduleToStartTimeout Duration `json:"schedule_to_start_timeout"`
 	// LeaseTTL: leased URLs not confirmed by a live batch within this time
 	// return to pending. Default 2m.
