@@ -47,6 +47,9 @@ type Spec struct {
 	// Nodes, when set, restricts the campaign to these node IDs; by default
 	// every live registered node takes part.
 	Nodes []string `json:"nodes,omitempty"`
+	// Render, when set, renders the pages that need it in a browser, on
+	// the nodes that have one (see Render).
+	Render *Render `json:"render,omitempty"`
 
 	decodeErr error          // set by UnmarshalJSON, reported by Normalize
 	unknown   map[string]any // fields a newer version wrote (see DecodeSpec)
@@ -274,6 +277,7 @@ func (s Spec) Normalize() (Spec, error) {
 	s.normalizeProcessors(add)
 	s.normalizeRecrawl(add)
 	s.normalizeNodes(add)
+	s.normalizeRender(add)
 	return s, errors.Join(errs...)
 }
 

@@ -56,6 +56,9 @@ type Options struct {
 	// body is read, or when the request fails (zero if it never went).
 	// Politeness counts a host's next request from it.
 	Reached func(time.Time)
+	// Render, when set, asks a browser fetcher to render the page; the
+	// plain Fetcher ignores it.
+	Render *Render
 }
 
 // ErrStalled is the failure of a body that stopped sending for longer than
@@ -89,8 +92,12 @@ type Response struct {
 	// Wire is the exchange as it crossed the connection, with
 	// Options.Capture; nil without, or when no connection was made.
 	Wire *Wire
-	// Err is a transport failure: no status, or the body broke off.
+	// Err is a transport failure: no status, or the body broke off; or
+	// (ErrRender) a render that failed.
 	Err error
+	// Rendered is set when a browser rendered the page: Body is then the
+	// rendered DOM.
+	Rendered *Rendered
 }
 
 // reachedBy traces when the host surely had a request (Response.ReachedBy).
@@ -396,6 +403,9 @@ const (
 // final even though they are usually transient.
 func Classify(r *Response, nonRetryable []int) Verdict {
 	if r.Err != nil {
+		if errors.Is(r.Err, ErrRender) {
+			return Final // it would spin again
+		}
 		if r.Status != 0 {
 			return Transient // the body broke off mid-way
 		}
