@@ -11,6 +11,7 @@
 package synthweb
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,6 +64,9 @@ type Config struct {
 	// (relative and absolute forms still): for crawlers that would count
 	// "/p#a" and "/p#b" as two pages.
 	PlainLinks bool
+	// Listen is the loopback address the hosts listen on; default
+	// 127.0.0.1. Another (127.0.0.2) lets a test allow this web alone.
+	Listen string
 }
 
 // Request is one entry of the access log.
@@ -121,7 +125,7 @@ func Start(cfg Config) (*Web, error) {
 		w.perHost = append(w.perHost, cfg.Pages/cfg.Hosts+boolInt(h < cfg.Pages%cfg.Hosts))
 	}
 	for h := range cfg.Hosts {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", net.JoinHostPort(cmp.Or(cfg.Listen, "127.0.0.1"), "0"))
 		if err != nil {
 			w.Close()
 			return nil, fmt.Errorf("synthweb: listen: %w", err)

@@ -2,6 +2,7 @@ package synthweb
 
 import (
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -420,5 +421,67 @@ func TestServedCountsBodyBytes(t *testing.T) {
 		if s := w.Served(); s.Requests != 0 || s.BodyBytes != 0 || len(s.ByStatus) != 0 {
 			t.Errorf("CountOnly=%v: Served() after Reset = %+v, want nothing", countOnly, s)
 		}
+	}
+}
+
+// TestSPAServesAShellAndABoundedFeed: without a script, every route is the
+// same shell with no link; the feed's API ends after Items items; the
+// plain pages are plain.
+func TestSPAServesAShellAndABoundedFeed(t *testing.T) {
+	spa := NewSPA("http://127.0.0.1:9/")
+	w, err := Start(Config{Hosts: 1, Pages: 1, Custom: map[int]map[string]http.HandlerFunc{0: spa.Site()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	base := "http://" + w.Hosts()[0]
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	_, shell := get(SPARoot)
+	for _, p := range []string{SPAFeed, "/app/view/3", SPASpin} {
+		if _, b := get(p); b != shell {
+			t.Errorf("%s is not the shell: %q", p, b)
+		}
+	}
+	if strings.Contains(shell, "<a ") {
+		t.Errorf("the shell has a link: %s", shell)
+	}
+	items := 0
+	for p := 0; ; p++ {
+		code, b := get(fmt.Sprintf("/app/api/feed?page=%d", p))
+		if code != http.StatusOK {
+			t.Fatalf("feed page %d: %d", p, code)
+		}
+		var d struct {
+			Items []struct{ Name, Href string }
+			End   bool
+		}
+		if err := json.Unmarshal([]byte(b), &d); err != nil {
+			t.Fatal(err)
+		}
+		items += len(d.Items)
+		if d.End {
+			break
+		}
+	}
+	if items != spa.Items {
+		t.Errorf("the feed gave %d items, want %d", items, spa.Items)
+	}
+	if code, _ := get("/app/item/200"); code != http.StatusOK {
+		t.Errorf("item 200: %d", code)
+	}
+	if code, _ := get("/app/item/201"); code != http.StatusNotFound {
+		t.Errorf("item 201: %d, want 404", code)
+	}
+	if n := len(spa.Pages()); n != 4+2*spa.Views+spa.Items {
+		t.Errorf("%d pages", n)
 	}
 }
