@@ -115,6 +115,18 @@ func fieldPath(keys []string) string {
 // decode decodes b into v, found at keys below the spec.
 func (d *specDecoder) decode(keys []string, b []byte, v reflect.Value) error {
 	t := v.Type()
+	// An optional section (render, recrawl) is walked like the others,
+	// so its unknown fields and bad values name their field too.
+	if t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct && !t.Implements(unmarshalerType) {
+		if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+			v.SetZero()
+			return nil
+		}
+		if v.IsNil() {
+			v.Set(reflect.New(t.Elem()))
+		}
+		return d.decode(keys, b, v.Elem())
+	}
 	// Spec itself is walked field by field; its UnmarshalJSON calls here.
 	if t.Kind() != reflect.Struct || (t != specType && reflect.PointerTo(t).Implements(unmarshalerType)) {
 		if err := json.Unmarshal(b, v.Addr().Interface()); err != nil {

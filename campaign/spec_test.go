@@ -93,6 +93,14 @@ func TestBadSpecsNameTheField(t *testing.T) {
 			"spec.processors[0].unchanged", `want "skip" or "last_version", got "latest"`},
 		{`{"seeds":["http://a/"],"scope":{"priorities":[{"pattern":"(","priority":5}]}}`, "spec.scope.priorities[0].pattern", "want a regular expression"},
 		{`{"seeds":["http://a/"],"scope":{"priorities":[{"pattern":"/news/","priority":5000}]}}`, "spec.scope.priorities[0].priority", "must be -1000..1000"},
+		{`{"seeds":["http://a/"],"render":{}}`, "spec.render.hosts", "name the hosts"},
+		{`{"seeds":["http://a/"],"render":{"hosts":["http://a/"]}}`, "spec.render.hosts[0]", "is not a host[:port]"},
+		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"include":["("]}}`, "spec.render.include[0]", "bad regular expression"},
+		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"wait":"idle"}}`, "spec.render.wait", `want "network_idle" or "load"`},
+		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"tabs":0.5}}`, "spec.render.tabs", "want an integer"},
+		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"scroll":{"steps":-1}}}`, "spec.render.scroll.steps", "must be 0..1000"},
+		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"timout":"5s"}}`, "spec.render", `unknown field "timout"`},
+		{`{"seeds":["http://a/"],"recrawl":{"series":"s","min_intreval":"1h"}}`, "spec.recrawl", `unknown field "min_intreval"`},
 		{`[1,2]`, "spec", "want a JSON object"},
 	} {
 		_, err := normalize(t, tc.doc)
@@ -250,5 +258,30 @@ func TestUnchangedPagesKeepTheirLastVersionOnlyWhenAsked(t *testing.T) {
 		if got := filters[tc.filter].KeepsLastVersion(tc.url); got != tc.want {
 			t.Errorf("%s keeps the last version of %s: %v, want %v", filters[tc.filter].Name, tc.url, got, tc.want)
 		}
+	}
+}
+
+// TestRenderDefaultsWorkOnAPlainSite: a render naming only its hosts
+// waits for the network, caps a page at 30s, scrolls not at all, and
+// matches its hosts whatever their case; no render renders nothing.
+func TestRenderDefaultsWorkOnAPlainSite(t *testing.T) {
+	s, err := normalize(t, `{"seeds":["http://a/"],"render":{"hosts":["App.Example:8080"]}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := s.Render
+	if r.Wait != RenderWaitNetworkIdle || r.IdleCap.D() != 5*time.Second || r.Timeout.D() != 30*time.Second ||
+		r.Scroll.Steps != 0 || r.Tabs != 2 {
+		t.Errorf("defaults: %+v", *r)
+	}
+	if !r.RendersHost("app.example:8080") || r.RendersHost("other:8080") {
+		t.Errorf("hosts %v: app.example:8080 renders, other:8080 does not", r.Hosts)
+	}
+	if (&Render{Hosts: []string{"*"}}).RendersHost("any") != true {
+		t.Error(`"*" renders every host`)
+	}
+	var none *Render
+	if none.RendersHost("a") {
+		t.Error("no render renders a host")
 	}
 }
