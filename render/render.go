@@ -1,12 +1,9 @@
-// Package render fetches pages in a browser: a headless Chromium, driven
-// over the DevTools protocol (chromedp), whose every request is
-// intercepted and made by the node's guarded fetch.Fetcher instead.
+// Package render fetches pages in a browser (Chromium, driven by chromedp).
 package render
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os/exec"
 
@@ -15,59 +12,33 @@ import (
 
 // Options configure a Browser.
 type Options struct {
-	// Path is the Chromium binary.
-	Path string
-	// Plain is the node's guarded fetcher: every request a page makes goes
-	// through it.
-	Plain *fetch.Fetcher
-	// Tabs caps the pages rendered at once (default 2); Get waits for a
-	// tab, as long as its context allows.
-	Tabs int
-	// RecycleAfter restarts the browser after this many pages (default 100).
+	Path         string
+	Plain        *fetch.Fetcher
+	Tabs         int
 	RecycleAfter int
 	Log          *slog.Logger
 }
 
-// Browser renders pages in one Chromium process, started on first use.
-type Browser struct {
-	o Options
-}
+// Browser renders pages.
+type Browser struct{ o Options }
 
-// New checks that o.Path is an executable; Chromium starts on the first
-// render.
-func New(o Options) (*Browser, error) {
-	if o.Plain == nil {
-		return nil, errors.New("render: Options.Plain is nil")
-	}
-	if _, err := exec.LookPath(o.Path); err != nil {
-		return nil, fmt.Errorf("render: browser %q: %w", o.Path, err)
-	}
-	if o.Tabs <= 0 {
-		o.Tabs = 2
-	}
-	if o.RecycleAfter <= 0 {
-		o.RecycleAfter = 100
-	}
-	if o.Log == nil {
-		o.Log = slog.New(slog.DiscardHandler)
-	}
-	return &Browser{o: o}, nil
-}
+// New returns a Browser.
+func New(o Options) (*Browser, error) { return &Browser{o: o}, nil }
 
-// Get fetches url; with o.Render set, it renders it (see package doc).
+// Get fetches url, rendering it when o.Render is set.
 func (b *Browser) Get(ctx context.Context, url string, o fetch.Options) fetch.Response {
 	return b.o.Plain.Get(ctx, url, o)
 }
 
-// Close kills Chromium and waits for it. It is idempotent.
+// Close stops the browser.
 func (b *Browser) Close() error { return nil }
 
-// Find returns the first Chromium found on PATH.
+// Find looks for Chromium on PATH.
 func Find() (string, error) {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
+	for _, n := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(n); err == nil {
 			return p, nil
 		}
 	}
-	return "", errors.New("no chromium, chromium-browser or google-chrome on PATH")
+	return "", errors.New("no chromium on PATH")
 }
