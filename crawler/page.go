@@ -109,7 +109,23 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) out
 		// its validators, digest and links, or that it is gone.
 		out.visit = visitOf(it, out, &resp, links)
 	}
-	return withoutNoarchive(it, out, &resp)
+	out = withoutNoarchive(it, out, &resp)
+	if out.exchange != nil {
+		f.archiveResources(ctx, it.rules, &resp)
+	}
+	return out
+}
+
+// archiveResources archives what a rendered page loaded beyond itself
+// (scripts, fetch() data, images), each exchange as it crossed the wire,
+// so the page replays as the browser saw it.
+func (f *Fetch) archiveResources(ctx context.Context, r *rules, resp *fetch.Response) {
+	if resp.Rendered == nil || f.archive == nil {
+		return
+	}
+	for _, res := range resp.Rendered.Resources {
+		f.archiveNow(context.WithoutCancel(ctx), r, res.URL, &fetch.Response{Status: res.Status, Sent: resp.Sent, Wire: res.Wire, Err: res.Err})
+	}
 }
 
 // options are a page request's: the campaign's timeouts and caps, the
@@ -132,6 +148,9 @@ func (f *Fetch) options(it *item, h *host) fetch.Options {
 		Reached:         h.reached,
 	}
 	conditional(it, &o)
+	if it.url.Kind != store.KindRequisite && r.render.renders(it.url.ShardKey, it.url.URL) {
+		o.Render = r.render.options(f.renderCheck(r))
+	}
 	return o
 }
 
@@ -514,6 +533,9 @@ type rules struct {
 	// some want bodies that are not HTML.
 	filters []campaign.PageFilter
 	anyType bool
+	// render says which of its pages a browser renders (spec.render);
+	// nil: none.
+	render *renderRules
 }
 
 type rulesCache struct {
@@ -547,9 +569,13 @@ func (c *rulesCache) get(ctx context.Context, key int64) (*rules, error) {
 	if err != nil {
 		return nil, err
 	}
+	render, err := compileRender(spec.Render)
+	if err != nil {
+		return nil, err
+	}
 	r = &rules{
 		key: key, id: id, spec: spec, agent: crawl.AgentToken(spec.Politeness.UserAgent), loaded: time.Now(),
-		admission: admit, filters: filters, anyType: spec.WantsAnyType(),
+		admission: admit, filters: filters, anyType: spec.WantsAnyType(), render: render,
 	}
 	c.mu.Lock()
 	c.byKey[key] = r
