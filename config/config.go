@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strings"
 	"time"
 
@@ -102,6 +103,12 @@ type Node struct {
 	// OTLPEndpoint, when set, is the OpenTelemetry collector (OTLP/gRPC,
 	// http:// for plain text, https:// for TLS) the node sends traces to.
 	OTLPEndpoint string
+	// Browser, when set, makes the node a browser node: the Chromium it
+	// renders pages with (spec.render), or "auto" for the one on PATH.
+	// Render hosts go only to browser nodes (docs/rendering.md).
+	Browser string
+	// BrowserTabs caps the pages the node renders at once.
+	BrowserTabs int
 }
 
 // Default is the configuration with nothing set: it matches `spiderpool
@@ -123,6 +130,7 @@ func Default() Config {
 			DBConns:           16,
 			Replicas:          1,
 			WARCMaxSize:       1 << 30,
+			BrowserTabs:       2,
 			EndedSweep:        time.Minute,
 		},
 	}
@@ -209,6 +217,8 @@ func (c *Config) NodeFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&n.PprofAddr, "pprof", n.PprofAddr, "serve Go's /debug/pprof on this host:port (a bare :port is 127.0.0.1:port); off when empty")
 	fs.StringVar(&n.WARCDir, "warc-dir", n.WARCDir, "write every fetched page as WARC/1.1 records into this directory")
 	fs.Int64Var(&n.WARCMaxSize, "warc-max-size", n.WARCMaxSize, "bytes at which a WARC file is closed and the next begun")
+	fs.StringVar(&n.Browser, "browser", n.Browser, "render the pages campaigns ask a browser for (spec.render) with this Chromium; \"auto\": the one on PATH")
+	fs.IntVar(&n.BrowserTabs, "browser-tabs", n.BrowserTabs, "pages this node renders at once (with --browser)")
 	fs.StringVar(&n.OTLPEndpoint, "otlp-endpoint", n.OTLPEndpoint, "send OpenTelemetry traces of workflows and activities to this OTLP/gRPC collector (http://host:4317)")
 }
 
@@ -415,6 +425,14 @@ func (c *Config) ValidateNode() error {
 	if n.BodiesAddr != "" {
 		if _, err := n.BodiesSecret(); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if n.BrowserTabs < 1 || n.BrowserTabs > 64 {
+		errs = append(errs, fmt.Errorf("--browser-tabs must be 1..64, got %d", n.BrowserTabs))
+	}
+	if n.Browser != "" && n.Browser != "auto" {
+		if _, err := exec.LookPath(n.Browser); err != nil {
+			errs = append(errs, fmt.Errorf("--browser %q: not an executable (%v); give Chromium's path, or \"auto\" for the one on PATH", n.Browser, err))
 		}
 	}
 	if n.WARCMaxSize < 1<<20 {
