@@ -37,6 +37,7 @@ import (
 	"github.com/spiderpool/spiderpool/crawler"
 	"github.com/spiderpool/spiderpool/fetch"
 	"github.com/spiderpool/spiderpool/metrics"
+	"github.com/spiderpool/spiderpool/render"
 	"github.com/spiderpool/spiderpool/store"
 	"github.com/spiderpool/spiderpool/workflows"
 )
@@ -55,7 +56,7 @@ func Node(cfg config.Config, logger *slog.Logger) *fx.App {
 		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		fx.StartTimeout(2*cfg.ConnectTimeout+30*time.Second),
 		fx.StopTimeout(45*time.Second),
-		fx.Provide(openStore, newMetrics, newTracing, dialTemporal, newFetcher, openArchive, listenHTTP),
+		fx.Provide(openStore, newMetrics, newTracing, dialTemporal, newFetcher, newBrowser, openArchive, listenHTTP),
 		fx.Invoke(runNode, serveHTTP),
 	)
 }
@@ -163,6 +164,29 @@ func newFetcher(cfg config.Config, hl httpListener) (*fetch.Fetcher, error) {
 	return fetch.New(max(4, cfg.Node.FetchConcurrency/8), guard), nil
 }
 
+// newBrowser is the node's browser (--browser), which renders the pages
+// campaigns ask a browser for through the node's fetcher; nil without
+// one. Its identities share it.
+func newBrowser(lc fx.Lifecycle, cfg config.Config, f *fetch.Fetcher, log *slog.Logger) (*render.Browser, error) {
+	path := cfg.Node.Browser
+	if path == "" {
+		return nil, nil
+	}
+	if path == "auto" {
+		found, err := render.Find()
+		if err != nil {
+			return nil, fmt.Errorf("--browser auto: %w", err)
+		}
+		path = found
+	}
+	b, err := render.New(render.Options{Path: path, Plain: f, Tabs: cfg.Node.BrowserTabs, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("--browser %s: %w", path, err)
+	}
+	lc.Append(fx.StopHook(b.Close))
+	return b, nil
+}
+
 // nodeRun is one node process at work: its control-queue worker, the
 // crawl engine of each of its node identities with their registrations,
 // and the puller and committer they share. runNode builds it; fx starts
@@ -187,11 +211,11 @@ type nodeRun struct {
 }
 
 func runNode(lc fx.Lifecycle, cfg config.Config, log *slog.Logger, st *store.Store, tc client.Client, f *fetch.Fetcher,
-	m *metrics.Registry, arch *archive.Writer, hl httpListener, tr *tracing) {
+	b *render.Browser, m *metrics.Registry, arch *archive.Writer, hl httpListener, tr *tracing) {
 	r := &nodeRun{cfg: cfg, log: log, st: st, tc: tc, ids: cfg.Node.IDs()}
 	identity := fmt.Sprintf("%s@%s:%d", cfg.Node.ID, hostname(), os.Getpid())
 	r.controlWorker = r.newControlWorker(identity)
-	r.buildEngines(f, m, arch, hl, tr)
+	r.buildEngines(f, b, m, arch, hl, tr)
 	r.life, r.stopLife = context.WithCancel(context.Background())
 	lc.Append(fx.Hook{OnStart: r.start, OnStop: r.stop})
 }
@@ -214,9 +238,13 @@ func (r *nodeRun) newControlWorker(identity string) worker.Worker {
 // engine. Every identity takes its batches from Postgres through the
 // process's one puller, and polls no task queue of its own, so a thousand
 // of them cost Temporal nothing.
-func (r *nodeRun) buildEngines(f *fetch.Fetcher, m *metrics.Registry, arch *archive.Writer, hl httpListener, tr *tracing) {
+func (r *nodeRun) buildEngines(f *fetch.Fetcher, b *render.Browser, m *metrics.Registry, arch *archive.Writer, hl httpListener, tr *tracing) {
 	n := r.cfg.Node
 	caps := []string{campaign.CapPull}
+	var pages crawler.PageFetcher // nil: the engines fetch pages with f
+	if b != nil {
+		caps, pages = append(caps, campaign.CapBrowser), b
+	}
 	r.puller = crawler.NewPuller(r.st, tr.tracer, r.log)
 	r.commits = crawler.NewCommits(r.st, m.Crawl, r.log)
 	r.regs = make([]store.Registration, len(r.ids))
@@ -229,7 +257,7 @@ func (r *nodeRun) buildEngines(f *fetch.Fetcher, m *metrics.Registry, arch *arch
 		holder := store.HolderToken(id, r.regs[i].Incarnation)
 		opts := crawler.FetchOptions{
 			Concurrency: n.FetchConcurrency, Holder: holder, Metrics: m.Crawl, Archive: arch, Done: r.puller.Done,
-			Commits: r.commits,
+			Commits: r.commits, Pages: pages,
 		}
 		r.engines[i] = crawler.NewFetch(id, r.st, f, opts, r.log)
 		r.puller.Add(id, holder, r.engines[i])
