@@ -14,6 +14,7 @@ import (
 	cdpfetch "github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/inspector"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 
@@ -86,7 +87,7 @@ func (b *Browser) render(ctx context.Context, url string, o fetch.Options, doc f
 		timeout = defaultTimeout
 	}
 	tabCtx, tabCancel := chromedp.NewContext(in.ctx)
-	p := &page{b: b, in: in, url: url, o: o, doc: doc}
+	p := &tab{b: b, in: in, url: url, o: o, doc: doc}
 	var dom string
 	hung := false
 	err = func() error {
@@ -126,8 +127,8 @@ func (b *Browser) render(ctx context.Context, url string, o fetch.Options, doc f
 	return resp
 }
 
-// page is one render under way.
-type page struct {
+// tab is one render under way.
+type tab struct {
 	b      *Browser
 	in     *instance
 	url    string
@@ -149,7 +150,7 @@ type page struct {
 // run opens the tab, loads the page, waits as o.Render says and returns
 // the DOM. rctx bounds it all; tabCtx is the tab's own context, which the
 // tab's first command must run under.
-func (p *page) run(tabCtx, rctx context.Context) (string, error) {
+func (p *tab) run(tabCtx, rctx context.Context) (string, error) {
 	p.slots = make(chan struct{}, resourcesAtOnce)
 	opened := make(chan error, 1)
 	go func() { opened <- chromedp.Do(tabCtx) }()
@@ -175,6 +176,11 @@ func (p *page) run(tabCtx, rctx context.Context) (string, error) {
 	}
 	patterns := []*cdpfetch.RequestPattern{{URLPattern: "*", RequestStage: cdpfetch.RequestStageRequest}}
 	if _, err := chromedp.Call(rctx, cdpfetch.Enable, cdpfetch.EnableParams{Patterns: patterns}); err != nil {
+		return "", err
+	}
+	// A tab in the background gets no frames, and with no frames no
+	// IntersectionObserver fires: lazy content would never load.
+	if _, err := chromedp.Call(rctx, page.BringToFront, cdp.Empty{}); err != nil {
 		return "", err
 	}
 	p.touch(0)
@@ -206,7 +212,7 @@ func or(d, def time.Duration) time.Duration {
 
 // event handles the tab's events. It runs on the loop that reads the
 // tab's messages, so it sends no command itself.
-func (p *page) event(rctx context.Context) func(any) {
+func (p *tab) event(rctx context.Context) func(any) {
 	return func(ev any) {
 		switch ev := ev.(type) {
 		case *cdpfetch.EventRequestPaused:
@@ -227,7 +233,7 @@ func (p *page) event(rctx context.Context) func(any) {
 
 // touch counts a request paused (+1) or answered (-1), and marks now as
 // the network's last activity.
-func (p *page) touch(delta int) {
+func (p *tab) touch(delta int) {
 	p.mu.Lock()
 	p.inflight += delta
 	p.last = time.Now()
@@ -236,7 +242,7 @@ func (p *page) touch(delta int) {
 
 // answer settles one paused request: the document from memory, anything
 // else refused or fetched through the node's fetcher.
-func (p *page) answer(rctx context.Context, ev *cdpfetch.EventRequestPaused) {
+func (p *tab) answer(rctx context.Context, ev *cdpfetch.EventRequestPaused) {
 	id := ev.RequestID
 	fail := func(reason network.ErrorReason) {
 		chromedp.Call(rctx, cdpfetch.FailRequest, cdpfetch.FailRequestParams{RequestID: id, ErrorReason: reason})
@@ -305,7 +311,7 @@ func (p *page) answer(rctx context.Context, ev *cdpfetch.EventRequestPaused) {
 
 // reserve takes the next place in Resources, in the order the page asked;
 // -1 once the render is over.
-func (p *page) reserve() int {
+func (p *tab) reserve() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.done {
@@ -315,7 +321,7 @@ func (p *page) reserve() int {
 	return len(p.resources) - 1
 }
 
-func (p *page) record(slot int, r fetch.Resource) {
+func (p *tab) record(slot int, r fetch.Resource) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.done {
@@ -325,7 +331,7 @@ func (p *page) record(slot int, r fetch.Resource) {
 
 // fulfill answers a paused request. The body is decoded already, so the
 // headers that describe its coding and length on the wire go.
-func (p *page) fulfill(rctx context.Context, id cdpfetch.RequestID, status int, h http.Header, body []byte) {
+func (p *tab) fulfill(rctx context.Context, id cdpfetch.RequestID, status int, h http.Header, body []byte) {
 	var headers []*cdpfetch.HeaderEntry
 	for name, values := range h {
 		switch http.CanonicalHeaderKey(name) {
@@ -343,13 +349,16 @@ func (p *page) fulfill(rctx context.Context, id cdpfetch.RequestID, status int, 
 
 // waitIdle waits until no request has been in flight for quietFor, at most
 // limit (not an error: a page that polls never goes quiet).
-func (p *page) waitIdle(rctx context.Context, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
+func (p *tab) waitIdle(rctx context.Context, limit time.Duration) error {
+	began := time.Now()
+	deadline := began.Add(limit)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		p.mu.Lock()
-		idle := p.inflight == 0 && time.Since(p.last) >= quietFor
+		// Quiet counts from the wait's start too: what was just done (a
+		// scroll) may be about to ask for more.
+		idle := p.inflight == 0 && time.Since(p.last) >= quietFor && time.Since(began) >= quietFor
 		p.mu.Unlock()
 		if idle || time.Now().After(deadline) {
 			return nil
@@ -364,12 +373,20 @@ func (p *page) waitIdle(rctx context.Context, limit time.Duration) error {
 
 // scroll scrolls a screen at a time, as o.Render.ScrollSteps says, until
 // the page stops growing and its bottom is in view.
-func (p *page) scroll(rctx context.Context) error {
+func (p *tab) scroll(rctx context.Context) error {
 	type extent struct {
 		Height float64 `json:"h"`
 		Bottom float64 `json:"b"`
 	}
 	const measure = `({h: document.documentElement.scrollHeight, b: window.scrollY + window.innerHeight})`
+	// A screen down, then two frames: intersection observers (lazy
+	// images, infinite lists) run in a frame's rendering step, and a
+	// headless tab draws a frame only when something asks for one.
+	const scrollStep = `new Promise(done => {
+		window.scrollBy(0, window.innerHeight);
+		requestAnimationFrame(() => requestAnimationFrame(() => done(true)));
+		setTimeout(() => done(false), 1000);
+	})`
 	r := p.o.Render
 	if r.ScrollSteps <= 0 {
 		return nil
@@ -379,7 +396,7 @@ func (p *page) scroll(rctx context.Context) error {
 		return fmt.Errorf("scroll: %w", err)
 	}
 	for range r.ScrollSteps {
-		if _, err := chromedp.Run(rctx, chromedp.Evaluate[extent]("window.scrollBy(0, window.innerHeight), "+measure)); err != nil {
+		if _, err := chromedp.Run(rctx, chromedp.Evaluate[bool](scrollStep, chromedp.EvalAwaitPromise)); err != nil {
 			return fmt.Errorf("scroll: %w", err)
 		}
 		if err := p.waitIdle(rctx, or(r.ScrollWait, defaultScrollWait)); err != nil {
@@ -398,7 +415,7 @@ func (p *page) scroll(rctx context.Context) error {
 }
 
 // rendered ends the recording and returns what the page asked for.
-func (p *page) rendered() *fetch.Rendered {
+func (p *tab) rendered() *fetch.Rendered {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.done = true
@@ -414,7 +431,7 @@ func (p *page) rendered() *fetch.Rendered {
 // closeTab closes the tab and says whether it went: a renderer stuck in
 // a script can keep it listed (or the close itself can hang), and then
 // only killing the browser frees it.
-func (p *page) closeTab(tabCtx context.Context, tabCancel context.CancelFunc, hung bool) bool {
+func (p *tab) closeTab(tabCtx context.Context, tabCancel context.CancelFunc, hung bool) bool {
 	var id target.ID
 	if c := chromedp.FromContext(tabCtx); c != nil && c.Target != nil {
 		id = c.Target.TargetID
@@ -444,7 +461,7 @@ func (p *page) closeTab(tabCtx context.Context, tabCancel context.CancelFunc, hu
 }
 
 // listed says whether the browser still lists the target id.
-func (p *page) listed(id target.ID) bool {
+func (p *tab) listed(id target.ID) bool {
 	if p.in.ctx.Err() != nil {
 		return false // the browser is gone, and the tab with it
 	}

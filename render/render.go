@@ -9,9 +9,12 @@
 // the user agent apply to a page's scripts, images and XHRs as to a plain
 // GET. The document itself is fetched once, plainly, before the render,
 // and served to Chromium from memory: a render makes no second request
-// for it. As a second wall, Chromium's own resolver resolves nothing
-// (--host-resolver-rules), so a request that slipped past the
-// interception could reach no host by name.
+// for it. Some connections are no requests and are never intercepted: a
+// <link rel=preconnect> opens a socket with nothing sent (the tests saw
+// one reach a loopback listener the guard forbids). So, as a second wall,
+// Chromium's own resolver resolves nothing, IP literals included
+// (--host-resolver-rules=MAP * ~NOTFOUND): whatever is not intercepted
+// connects nowhere.
 //
 // A Browser keeps one Chromium with up to Options.Tabs pages open,
 // started on the first render and restarted after RecycleAfter pages,
@@ -198,9 +201,9 @@ func (b *Browser) start() (*instance, error) {
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("mute-audio", true),
 		chromedp.Flag("dns-prefetch-disable", true),
-		// The second wall (see the package doc): no name resolves, so
+		// The second wall (see the package doc): no host resolves, so
 		// nothing but the intercepted requests, which are fulfilled
-		// without a network, can go anywhere.
+		// without a network, goes anywhere; preconnects go nowhere.
 		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND"),
 		chromedp.Flag("js-flags", "--max-old-space-size=512"),
 		chromedp.WindowSize(1280, 900),
