@@ -31,7 +31,7 @@ type Control struct {
 	// has registered; nil means none are (the workflow upserts none).
 	SearchAttributes func(context.Context) ([]string, error)
 
-	processors sync.Map // campaign key -> []campaign.Processor
+	specs sync.Map // campaign key -> fixedSpec
 	// queries caps the hosts of the links processors return; the nodes
 	// keep their own counts for the links they find.
 	queries admission.QueryCounts
@@ -120,10 +120,14 @@ func (c *Control) usableAttributes(ctx context.Context, campaignID string) []str
 // LeaseHosts leases what each host needs to stay busy and routes it to
 // the nodes with room.
 func (c *Control) LeaseHosts(ctx context.Context, req campaign.LeaseHostsRequest) (campaign.HostLease, error) {
+	fixed, err := c.fixedSpec(ctx, req.CampaignKey)
+	if err != nil {
+		return campaign.HostLease{}, err
+	}
 	lease, err := c.Store.LeaseHosts(ctx, store.HostLeaseParams{
 		CampaignKey: req.CampaignKey, Nodes: req.Nodes, BatchSize: req.BatchSize, Horizon: req.Horizon.D(),
 		TTL: req.TTL.D(), MaxPages: req.MaxPages, MinDelay: req.MinDelay.D(), Concurrency: req.Concurrency,
-		Assign: req.Assign,
+		Assign: req.Assign, Render: fixed.renders,
 	})
 	if err != nil {
 		return lease, err
@@ -132,18 +136,34 @@ func (c *Control) LeaseHosts(ctx context.Context, req campaign.LeaseHostsRequest
 	return lease, err
 }
 
-// campaignProcessors is the campaign's processors. They never change, so
-// they are read from its spec once.
-func (c *Control) campaignProcessors(ctx context.Context, key int64) ([]campaign.Processor, error) {
-	if procs, ok := c.processors.Load(key); ok {
-		return procs.([]campaign.Processor), nil
+// fixedSpec is what leasing and delivery read of a campaign's spec. It
+// never changes, so it is read once per campaign.
+type fixedSpec struct {
+	processors []campaign.Processor
+	// renders tells render hosts (spec.render); nil when it has none.
+	renders func(key string) bool
+}
+
+func (c *Control) fixedSpec(ctx context.Context, key int64) (fixedSpec, error) {
+	if f, ok := c.specs.Load(key); ok {
+		return f.(fixedSpec), nil
 	}
 	spec, err := c.Store.CampaignSpec(ctx, key)
 	if err != nil {
-		return nil, err
+		return fixedSpec{}, err
 	}
-	procs, _ := c.processors.LoadOrStore(key, spec.Processors)
-	return procs.([]campaign.Processor), nil
+	f := fixedSpec{processors: spec.Processors}
+	if spec.Render != nil {
+		f.renders = spec.Render.RendersHost
+	}
+	got, _ := c.specs.LoadOrStore(key, f)
+	return got.(fixedSpec), nil
+}
+
+// campaignProcessors is the campaign's processors.
+func (c *Control) campaignProcessors(ctx context.Context, key int64) ([]campaign.Processor, error) {
+	f, err := c.fixedSpec(ctx, key)
+	return f.processors, err
 }
 
 // processorsWaiting counts the pages waiting for each of the campaign's

@@ -146,6 +146,9 @@ type LeaseNode struct {
 	Weight float64 `json:"weight"`
 	// Batches is how many batches the node's window has room for.
 	Batches int `json:"batches"`
+	// Browser: the node renders pages (CapBrowser). Only the lease sets
+	// it, from the registry; render hosts are routed only to such nodes.
+	Browser bool `json:"browser,omitempty"`
 }
 
 // HostLease is a LeaseHosts answer: URLs now leased, already cut into one
@@ -172,6 +175,9 @@ type HostLease struct {
 	ProcessorsWaiting map[string]int `json:"processors_waiting,omitempty"`
 	// Routed is what a lease with Assign routed into Postgres.
 	Routed Routed `json:"routed,omitzero"`
+	// RenderWaiting counts the render hosts due that this lease held back
+	// for want of a node with a browser: their URLs stay pending.
+	RenderWaiting int `json:"render_waiting,omitempty"`
 }
 
 // Size is the number of URLs in the lease.
@@ -457,6 +463,10 @@ type Status struct {
 	Rejected []string `json:"rejected,omitempty"`
 	// Processors are the campaign's processors and their figures.
 	Processors []ProcessorStatus `json:"processors,omitempty"`
+	// RenderWaiting counts the pending URLs of render hosts while no live
+	// node has a browser (store.RenderWaiting). The workflow never sets
+	// it: spiderpool campaign status reads it from Postgres.
+	RenderWaiting int64 `json:"render_waiting,omitempty"`
 }
 
 // RingMember is one node with its effective weight.

@@ -31,7 +31,15 @@ type HostLeaseParams struct {
 	// (a pool run): Nodes' Batches are then counted here, from what each
 	// node holds, and only live nodes that pull are routed to.
 	Assign *campaign.Assign
+	// Render reports whether a host (its shard key) is a render host: its
+	// URLs go only to nodes with a browser (LeaseNode.Browser). nil: none
+	// is.
+	Render func(key string) bool
 }
+
+// browserRecheck is how soon a lease that found only render hosts due,
+// and no node with a browser, says to look again.
+const browserRecheck = 10 * time.Second
 
 // maxLeaseHosts bounds the hosts one lease looks at, and with them what a
 // lease costs however large the frontier.
@@ -90,7 +98,7 @@ func (s *Store) LeaseHosts(ctx context.Context, p HostLeaseParams) (campaign.Hos
 			pace.Interval, pace.Concurrency = max(own, pace.Interval), p.Concurrency
 		}
 		plan := planLease(p, cands)
-		lease.More = plan.more
+		lease.More, lease.RenderWaiting = plan.more, plan.renderWaiting
 		var fresh int64
 		if len(plan.takes) > 0 {
 			var leased map[int64][]int64
@@ -118,11 +126,16 @@ func (s *Store) LeaseHosts(ctx context.Context, p HostLeaseParams) (campaign.Hos
 		}
 		lease.Pending, lease.LeasedElsewhere = left.pending, left.leased
 		lease.NextDue = campaign.Duration(left.nextDue)
-		if len(cands) > 0 {
+		if len(cands) > plan.renderWaiting {
 			lease.NextDue = 0 // due now, but held back: by a quota, or a node's full window
 		}
 		if plan.eta > 0 && (lease.NextDue == 0 || plan.eta < lease.NextDue.D()) {
 			lease.NextDue = campaign.Duration(plan.eta)
+		}
+		if len(cands) > 0 && len(cands) == plan.renderWaiting && lease.NextDue == 0 {
+			// Only hosts that wait for a browser node are due: a node that
+			// joins changes the ring, and the run leases at once then.
+			lease.NextDue = campaign.Duration(browserRecheck)
 		}
 		// Spent only once no URL it admitted waits (in retry backoff, or
 		// handed back): those are still the campaign's to fetch.
@@ -307,6 +320,9 @@ type leasePlan struct {
 	more  bool          // a node ran out of room before its due hosts did
 	eta   time.Duration // until the first host held back by its quota is due
 	last  int64         // the host given work that the walk reached last; 0 if none
+	// renderWaiting counts the render hosts held back for want of a node
+	// with a browser.
+	renderWaiting int
 }
 
 type hostTake struct {
@@ -317,17 +333,29 @@ type hostTake struct {
 }
 
 // planLease decides how many URLs each candidate gets and from which node.
+//
+// A render host (p.Render) is looked up on the ring of the nodes with a
+// browser alone: the same weighted hash over fewer members, so drains,
+// weights and failover work among them as on the full ring. With no such
+// node, the host is held back and counted (its URLs stay pending), and the
+// walk passes it as it passes a host given work: a walk full of render
+// hosts would otherwise keep the cursor where it is, and the hosts past
+// them would wait for a browser node too.
 func planLease(p HostLeaseParams, cands []hostCandidate) leasePlan {
 	var (
-		plan    leasePlan
-		members []ring.Node
-		room    = map[string]int{}
+		plan              leasePlan
+		members, browsers []ring.Node
+		room              = map[string]int{}
 	)
 	for _, n := range p.Nodes {
-		members = append(members, ring.Node{ID: n.ID, Weight: n.Weight})
+		m := ring.Node{ID: n.ID, Weight: n.Weight}
+		members = append(members, m)
+		if n.Browser {
+			browsers = append(browsers, m)
+		}
 		room[n.ID] = n.Batches * p.BatchSize
 	}
-	r := ring.New(members...)
+	all, withBrowser := ring.New(members...), ring.New(browsers...)
 	type due struct {
 		c     hostCandidate
 		walk  int // its place in the walk
@@ -335,8 +363,19 @@ func planLease(p HostLeaseParams, cands []hostCandidate) leasePlan {
 		need  int
 	}
 	byNode := map[string][]due{}
+	lastWalk := -1
 	for i, c := range cands {
+		r := all
+		renders := p.Render != nil && p.Render(c.key)
+		if renders {
+			r = withBrowser
+		}
 		owner, ok := r.Lookup(c.key)
+		if !ok && renders {
+			plan.renderWaiting++
+			lastWalk, plan.last = i, c.id
+			continue
+		}
 		if !ok || room[owner] <= 0 {
 			continue
 		}
@@ -350,7 +389,6 @@ func planLease(p HostLeaseParams, cands []hostCandidate) leasePlan {
 		}
 		byNode[owner] = append(byNode[owner], due{c: c, walk: i, owner: owner, need: q - c.inflight})
 	}
-	lastWalk := -1
 	for _, n := range p.Nodes {
 		hosts := byNode[n.ID]
 		if len(hosts) == 0 {

@@ -35,9 +35,10 @@ func expireNodeBatches(ctx context.Context, tx pgx.Tx, key int64) error {
 
 // poolRooms keeps, of the ring's members, the nodes the registry calls
 // alive and that take batches from Postgres, each with the batches its
-// window has room for. A node that died since the workflow last read the
-// registry is out of the ring at once: its hosts move at the next lease,
-// not the next membership refresh.
+// window has room for, and whether it has a browser (render hosts go only
+// to those). A node that died since the workflow last read the registry
+// is out of the ring at once: its hosts move at the next lease, not the
+// next membership refresh.
 func poolRooms(ctx context.Context, tx pgx.Tx, key int64, members []campaign.LeaseNode, window int) ([]campaign.LeaseNode, error) {
 	ids := make([]string, len(members))
 	weights := make([]float64, len(members))
@@ -45,18 +46,19 @@ func poolRooms(ctx context.Context, tx pgx.Tx, key int64, members []campaign.Lea
 		ids[i], weights[i] = m.ID, m.Weight
 	}
 	rows, err := tx.Query(ctx, `
-		SELECT m.id, m.weight, $4::int - (SELECT count(*) FROM node_batches b WHERE b.campaign = $1 AND b.node = m.id)::int
+		SELECT m.id, m.weight, $4::int - (SELECT count(*) FROM node_batches b WHERE b.campaign = $1 AND b.node = m.id)::int,
+		       $6 = ANY (n.capabilities)
 		FROM unnest($2::text[], $3::float8[]) WITH ORDINALITY AS m(id, weight, ord)
 		JOIN nodes n ON n.id = m.id
 		WHERE n.stopped_at IS NULL AND n.heartbeat_at + n.ttl > now()
 		  AND n.capabilities_of = n.incarnation AND $5 = ANY (n.capabilities)
-		ORDER BY m.ord`, key, ids, weights, window, campaign.CapPull)
+		ORDER BY m.ord`, key, ids, weights, window, campaign.CapPull, campaign.CapBrowser)
 	if err != nil {
 		return nil, fmt.Errorf("rooms of %d nodes: %w", len(members), err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (campaign.LeaseNode, error) {
 		var n campaign.LeaseNode
-		err := r.Scan(&n.ID, &n.Weight, &n.Batches)
+		err := r.Scan(&n.ID, &n.Weight, &n.Batches, &n.Browser)
 		n.Batches = max(n.Batches, 0)
 		return n, err
 	})
@@ -385,4 +387,35 @@ func (s *Store) StoppedCampaigns(ctx context.Context, keys []int64) ([]int64, er
 		return nil, fmt.Errorf("campaigns stopped: %w", err)
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
+// RenderWaitingCap is as far as RenderWaiting counts.
+const RenderWaitingCap = 10_000
+
+// RenderWaiting counts the campaign's pending URLs on render hosts (those
+// of render, matched as campaign.Render.RendersHost does) while no live
+// node that pulls, among only when set (the campaign's spec.nodes), has a
+// browser: the URLs that wait for one. 0 when render is nil or such a
+// node is up; counted up to RenderWaitingCap.
+func (s *Store) RenderWaiting(ctx context.Context, key int64, render *campaign.Render, only []string) (int64, error) {
+	if render == nil || len(render.Hosts) == 0 {
+		return 0, nil
+	}
+	var n int64
+	err := s.pool.QueryRow(ctx, `
+		SELECT CASE WHEN EXISTS (
+			SELECT FROM nodes n
+			WHERE `+alive+` AND n.capabilities_of = n.incarnation
+			  AND $3 = ANY (n.capabilities) AND $4 = ANY (n.capabilities)
+			  AND (coalesce(cardinality($5::text[]), 0) = 0 OR n.id = ANY ($5)))
+		THEN 0 ELSE (
+			SELECT count(*) FROM (
+				SELECT FROM hosts h JOIN frontier f ON f.campaign = h.campaign AND f.host_id = h.id AND f.state = 'pending'
+				WHERE h.campaign = $1 AND ('*' = ANY ($2) OR lower(h.shard_key) = ANY ($2))
+				LIMIT $6) p)
+		END`, key, render.Hosts, campaign.CapPull, campaign.CapBrowser, only, RenderWaitingCap).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("render URLs waiting in campaign %d: %w", key, err)
+	}
+	return n, nil
 }

@@ -258,6 +258,7 @@ func (a *app) statusCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			st.RenderWaiting = a.renderWaiting(ctx, args[0])
 			if asJSON {
 				return printJSON(st)
 			}
@@ -267,6 +268,29 @@ func (a *app) statusCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
 	return cmd
+}
+
+// renderWaiting reads from Postgres the campaign's URLs that wait for a
+// node with a browser (store.RenderWaiting). The status is the workflow's
+// and stands without it: a Postgres this host cannot reach gives 0.
+func (a *app) renderWaiting(ctx context.Context, id string) int64 {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := a.openStore(ctx)
+	if err != nil {
+		return 0
+	}
+	defer st.Close()
+	key, err := st.CampaignKey(ctx, id)
+	if err != nil {
+		return 0
+	}
+	spec, err := st.CampaignSpec(ctx, key)
+	if err != nil || spec.Render == nil {
+		return 0
+	}
+	n, _ := st.RenderWaiting(ctx, key, spec.Render, spec.Nodes)
+	return n
 }
 
 // Steered is what the steering commands print with --json: the campaign,
@@ -400,9 +424,19 @@ func printStatus(w io.Writer, st campaign.Status) {
 		}
 		_ = tw.Flush()
 	}
+	if st.RenderWaiting > 0 {
+		fmt.Fprintf(w, "render: %s URLs wait for a browser node (start a node with --browser)\n", renderCount(st.RenderWaiting))
+	}
 	for _, r := range st.Rejected {
 		fmt.Fprintf(w, "rejected signal: %s\n", r)
 	}
+}
+
+func renderCount(n int64) string {
+	if n >= store.RenderWaitingCap {
+		return fmt.Sprintf("%d+", n)
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 func printSummary(w io.Writer, s campaign.Summary) {
