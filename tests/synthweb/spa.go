@@ -221,7 +221,7 @@ const appJS = `(function () {
       fetch('/app/api/feed?page=' + next).then(function (r) { return r.json(); }).then(function (d) {
         d.items.forEach(function (it) {
           var li = document.createElement('li');
-          li.style.height = '60px';
+          li.style.height = '40px';
           li.appendChild(link(it.Href, it.Name));
           list.appendChild(li);
         });

@@ -1,0 +1,392 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/config"
+	"github.com/spiderpool/spiderpool/processor"
+	"github.com/spiderpool/spiderpool/ring"
+	"github.com/spiderpool/spiderpool/store"
+	"github.com/spiderpool/spiderpool/tests/harness"
+	"github.com/spiderpool/spiderpool/tests/synthweb"
+)
+
+// campaignFrontier is frontierByURL for one campaign of the stack.
+func campaignFrontier(t *testing.T, s *harness.Stack, id string) map[string]frontierRow {
+	t.Helper()
+	rows, err := s.Store.Pool().Query(bg, `
+		SELECT f.url, f.state::text, coalesce(f.last_error, ''), coalesce(f.last_status, 0), f.attempts
+		FROM frontier f JOIN campaigns c ON c.key = f.campaign WHERE c.id = $1`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]frontierRow{}
+	for rows.Next() {
+		var u string
+		var r frontierRow
+		if err := rows.Scan(&u, &r.state, &r.lastError, &r.status, &r.attempts); err != nil {
+			t.Fatal(err)
+		}
+		out[u] = r
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("frontier rows: %v", err)
+	}
+	return out
+}
+
+type viewItem struct {
+	URL  string `json:"url"`
+	Text string `json:"text"`
+}
+
+// viewItems are the items of the campaign's processor "views".
+func viewItems(t *testing.T, s *harness.Stack, id string) []viewItem {
+	t.Helper()
+	key, err := s.Store.CampaignKey(bg, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []viewItem
+	if _, err := s.Store.ExportItems(bg, key, "views", func(it store.Item) error {
+		var v viewItem
+		if err := json.Unmarshal(it.Item, &v); err != nil {
+			return err
+		}
+		out = append(out, v)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// renderSpec crawls the app on web's only host, rendering its script-built
+// routes.
+func renderSpec(web *synthweb.Web) campaign.Spec {
+	host := web.Hosts()[0]
+	return campaign.Spec{
+		Seeds:      []string{"http://" + host + synthweb.SPARoot},
+		Scope:      campaign.Scope{AllowedDomains: []string{"127.0.0.2"}},
+		Politeness: campaign.Politeness{MaxConcurrencyPerHost: 2},
+		Retry:      campaign.Retry{MaxAttempts: 2, InitialInterval: campaign.Duration(50 * time.Millisecond)},
+		Render: &campaign.Render{
+			Hosts:   []string{host},
+			Include: []string{synthweb.RenderPattern},
+			Timeout: campaign.Duration(20 * time.Second),
+			Scroll:  campaign.Scroll{Steps: 60, Wait: campaign.Duration(time.Second)},
+		},
+	}
+}
+
+// TestRenderFindsWhatScriptsBuild: the app shows nothing without
+// JavaScript. A plain crawl finds its shell alone; a crawl that renders it
+// on a browser node finds every route, every view's fetch()-loaded link,
+// every one of the feed's 200 items (loaded only as the page is
+// scrolled) and loads each page and resource once; the page whose script
+// never ends fails with that reason; the script's request to a loopback
+// address outside the node's allow-list never reaches its listener.
+func TestRenderFindsWhatScriptsBuild(t *testing.T) {
+	forbidden := listenCounting(t, "tcp4", "127.0.0.1:0")
+	if forbidden == nil {
+		t.Fatal("cannot listen on 127.0.0.1")
+	}
+	spa := synthweb.NewSPA("http://" + forbidden.l.Addr().String() + "/secret")
+	web := harness.StartWeb(t, synthweb.Config{Hosts: 1, Pages: 1, Listen: "127.0.0.2",
+		Custom: map[int]map[string]http.HandlerFunc{0: spa.Site()}})
+	base := "http://" + web.Hosts()[0]
+
+	s := harness.NewStack(t)
+	s.StartNodeWith("browser", 1, func(c *config.Config) {
+		c.Node.Browser = "auto"
+		c.Node.AllowPrivateNetworks = false // the default: only the app's address is allowed
+		c.Node.AllowNetworks = []string{"127.0.0.2/32"}
+	})
+
+	plain := renderSpec(web)
+	plain.Render = nil
+	sum := harness.RunCampaign(t, s, "plain-"+s.Name, plain, 2*time.Minute)
+	if sum.Fetched != 1 || sum.URLs != 1 {
+		t.Errorf("plain crawl: %d URLs, %d fetched; want the shell alone", sum.URLs, sum.Fetched)
+	}
+	web.Reset()
+
+	// A processor reads the text the views' scripts loaded by fetch():
+	// it gets the rendered HTML.
+	queue := s.Name + ".views"
+	p := processor.New("views").Queue(queue).OnHTML("p.data", func(e *processor.Element) error {
+		return e.Page.Item(viewItem{URL: e.Page.URL, Text: e.Text()})
+	})
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, processor.WithClient(s.Client)) }()
+	t.Cleanup(func() { cancel(); <-done })
+	spec := renderSpec(web)
+	spec.Processors = []campaign.Processor{p.Spec()}
+
+	id := "render-" + s.Name
+	sum = harness.RunCampaign(t, s, id, spec, 4*time.Minute)
+	fr := campaignFrontier(t, s, id)
+	hits := web.Hits()
+	for _, p := range spa.Pages() {
+		u := base + p
+		r := fr[u]
+		switch {
+		case p == synthweb.SPASpin:
+			if r.state != "failed" || !strings.Contains(r.lastError, "spec.render.timeout") {
+				t.Errorf("%s: %+v, want failed for its endless script", p, r)
+			}
+			t.Logf("%s: %s", p, r.lastError)
+		case r.state != "fetched":
+			t.Errorf("%s: %+v, want fetched", p, r)
+		}
+		if hits[u] != 1 {
+			t.Errorf("%s loaded %d times, want once", p, hits[u])
+		}
+	}
+	for _, p := range spa.Resources() {
+		if hits[base+p] != 1 {
+			t.Errorf("resource %s loaded %d times, want once", p, hits[base+p])
+		}
+	}
+	if len(fr) != len(spa.Pages()) {
+		t.Errorf("the render crawl found %d URLs, want the app's %d pages", len(fr), len(spa.Pages()))
+	}
+	want := map[string]bool{}
+	for v := 1; v <= spa.Views; v++ {
+		want[fmt.Sprintf("%s/app/view/%d %s", base, v, synthweb.ViewText(v))] = true
+	}
+	got := map[string]bool{}
+	for _, it := range viewItems(t, s, id) {
+		got[it.URL+" "+it.Text] = true
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("the processor's items: %v, want %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+	}
+	if n := forbidden.accepted.Load(); n != 0 {
+		t.Errorf("the forbidden listener accepted %d connections", n)
+	}
+	t.Logf("render crawl: %d URLs, %d fetched, %d failed in %.1fs; %d requests served, app.js %d times",
+		sum.URLs, sum.Fetched, sum.Failed, sum.Seconds, web.Requests(), hits[base+synthweb.SPARoot+"app.js"])
+}
+
+// pageNodes maps each page of the campaign to the node that fetched it.
+func pageNodes(t *testing.T, s *harness.Stack, id string) map[string]string {
+	t.Helper()
+	rows, err := s.Store.Pool().Query(bg, `
+		SELECT f.url, p.node FROM pages p JOIN frontier f ON f.id = p.url_id
+		JOIN campaigns c ON c.key = p.campaign WHERE c.id = $1`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (kv [2]string, err error) {
+		err = r.Scan(&kv[0], &kv[1])
+		return kv, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, kv := range out {
+		m[kv[0]] = kv[1]
+	}
+	return m
+}
+
+// TestRenderHostsGoOnlyToBrowserNodes: of three nodes, one has a browser.
+// Every page of the render host (rendered or not) is fetched by it; every
+// other host's pages by its owner on the ring of all three, the browser
+// node included. The owners are computed with the campaign's own hash,
+// so the test holds whatever ports the web gets.
+func TestRenderHostsGoOnlyToBrowserNodes(t *testing.T) {
+	spa := &synthweb.SPA{Views: 2, Images: 1, Items: 40}
+	web := harness.StartWeb(t, synthweb.Config{
+		Hosts: 9, Pages: 9 * 15, LinksPerPage: 2, CrossHostFraction: 0.3, Seed: 5,
+		Custom:     map[int]map[string]http.HandlerFunc{0: spa.Site()},
+		ExtraLinks: map[int][]string{0: {synthweb.SPARoot}},
+	})
+	s := harness.NewStack(t)
+	browser := s.StartNodeWith("browser", 1, func(c *config.Config) { c.Node.Browser = "auto" })
+	plainA, plainB := s.StartNode("a", 1), s.StartNode("b", 1)
+	renderHost := web.Hosts()[0]
+	spec := loopbackSpec(web)
+	spec.Scope.Exclude = []string{"/app/(spin|probe)$"}
+	spec.Render = &campaign.Render{Hosts: []string{renderHost}, Include: []string{synthweb.RenderPattern},
+		Scroll: campaign.Scroll{Steps: 20, Wait: campaign.Duration(time.Second)}}
+	id := "browser-nodes-" + s.Name
+	sum := harness.RunCampaign(t, s, id, spec, 4*time.Minute)
+
+	all := ring.New(ring.Node{ID: browser, Weight: 1}, ring.Node{ID: plainA, Weight: 1}, ring.Node{ID: plainB, Weight: 1})
+	perNode := map[string]int{}
+	for u, node := range pageNodes(t, s, id) {
+		host := strings.TrimPrefix(u, "http://")
+		host = host[:strings.Index(host, "/")]
+		want := browser
+		if host != renderHost {
+			want, _ = all.Lookup(host)
+		}
+		if node != want {
+			t.Errorf("%s fetched by %s, want %s", u, node, want)
+		}
+		perNode[node]++
+	}
+	if missing, dup := web.Tally(); missing != 0 || dup != 0 {
+		t.Errorf("%d pages never requested, %d requested twice", missing, dup)
+	}
+	hits := web.Hits()
+	for _, p := range spa.Pages() {
+		if p == synthweb.SPASpin || p == synthweb.SPAProbe {
+			continue
+		}
+		if n := hits["http://"+renderHost+p]; n != 1 {
+			t.Errorf("%s loaded %d times, want once", p, n)
+		}
+	}
+	t.Logf("%d pages fetched, by node: %v", sum.Fetched, perNode)
+}
+
+// descendants are the live processes below pid (its browser and the
+// browser's helpers), read from /proc.
+func descendants(t *testing.T, pid int) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone since the listing
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after ")".
+		fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(fields) < 2 || fields[0] == "Z" {
+			continue
+		}
+		if ppid, err := strconv.Atoi(fields[1]); err == nil {
+			children[ppid] = append(children[ppid], p)
+		}
+	}
+	var out []int
+	for queue := []int{pid}; len(queue) > 0; queue = queue[1:] {
+		for _, c := range children[queue[0]] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+func alive(pids []int) []int {
+	var out []int
+	for _, p := range pids {
+		if stat, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/stat"); err == nil {
+			if f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:])); len(f) > 0 && f[0] != "Z" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// TestKilledBrowserNodeLeavesNoChromiumAndItsPagesMove: two browser nodes
+// as processes and a plain one. The browser node that owns the render
+// host (by the campaign's hash over the browser nodes) is killed with
+// SIGKILL mid-crawl: its Chromium and every helper process of it are gone
+// soon after, the host moves to the other browser node, and in the end
+// every page was fetched, twice at most for the requests in flight at the
+// kill.
+func TestKilledBrowserNodeLeavesNoChromiumAndItsPagesMove(t *testing.T) {
+	spa := &synthweb.SPA{Views: 5, Images: 1, Items: 100}
+	web := harness.StartWeb(t, synthweb.Config{
+		Hosts: 3, Pages: 3 * 20, LinksPerPage: 2, Seed: 9,
+		HostLatency: map[int]time.Duration{0: 50 * time.Millisecond},
+		Custom:      map[int]map[string]http.HandlerFunc{0: spa.Site()},
+		ExtraLinks:  map[int][]string{0: {synthweb.SPARoot}},
+	})
+	s := harness.NewStack(t)
+	b1 := s.StartNodeProcess("browser1", 1, "--browser", "auto")
+	b2 := s.StartNodeProcess("browser2", 1, "--browser", "auto")
+	s.StartNode("plain", 1)
+	renderHost := web.Hosts()[0]
+	owner, _ := ring.New(ring.Node{ID: b1.ID, Weight: 1}, ring.Node{ID: b2.ID, Weight: 1}).Lookup(renderHost)
+	victim, heir := b1, b2
+	if owner == b2.ID {
+		victim, heir = b2, b1
+	}
+
+	spec := loopbackSpec(web)
+	spec.Politeness.MaxConcurrencyPerHost = 2
+	spec.Scope.Exclude = []string{"/app/(spin|probe)$"}
+	spec.Render = &campaign.Render{Hosts: []string{renderHost}, Include: []string{synthweb.RenderPattern}}
+	id := "browser-kill-" + s.Name
+	if _, err := s.Campaigns.Start(bg, id, spec); err != nil {
+		t.Fatal(err)
+	}
+	var chromium []int
+	harness.Eventually(t, 2*time.Minute, "the render host's owner rendering, mid-crawl", func() bool {
+		n := 0
+		for u, node := range pageNodes(t, s, id) {
+			if node == victim.ID && strings.Contains(u, renderHost+synthweb.SPARoot) {
+				n++
+			}
+		}
+		chromium = descendants(t, victim.PID())
+		return n >= 3 && len(chromium) > 0
+	})
+	if err := victim.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 30*time.Second, "no Chromium of the killed node left", func() bool {
+		return len(alive(chromium)) == 0
+	})
+	sum := harness.CampaignResult(t, s, id, 4*time.Minute)
+
+	byNode := map[string]int{}
+	for u, node := range pageNodes(t, s, id) {
+		if strings.Contains(u, renderHost+"/") {
+			byNode[node]++
+		}
+	}
+	if byNode[heir.ID] == 0 {
+		t.Errorf("the render host's pages by node %v: none moved to %s", byNode, heir.ID)
+	}
+	missing, dup := web.Tally()
+	hits := web.Hits()
+	for _, p := range spa.Pages() {
+		if p == synthweb.SPASpin || p == synthweb.SPAProbe {
+			continue
+		}
+		switch n := hits["http://"+renderHost+p]; {
+		case n == 0:
+			missing++
+		case n > 1:
+			dup++
+		}
+	}
+	// In flight at the kill: the host's concurrency, 2.
+	if missing != 0 || dup > spec.Politeness.MaxConcurrencyPerHost {
+		t.Errorf("%d pages never fetched, %d fetched twice (want 0, and at most the %d in flight)", missing, dup, spec.Politeness.MaxConcurrencyPerHost)
+	}
+	t.Logf("killed %s with %d Chromium processes under it; render host pages by node %v; %d fetched, %d twice",
+		victim.ID, len(chromium), byNode, sum.Fetched, dup)
+}
