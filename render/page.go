@@ -89,7 +89,7 @@ func (b *Browser) render(ctx context.Context, url string, o fetch.Options, doc f
 	tabCtx, tabCancel := chromedp.NewContext(in.ctx)
 	p := &tab{b: b, in: in, url: url, o: o, doc: doc}
 	var dom string
-	hung := false
+	hung, crashed := false, false
 	err = func() error {
 		rctx, cancel := context.WithCancelCause(tabCtx)
 		defer cancel(nil)
@@ -107,6 +107,7 @@ func (b *Browser) render(ctx context.Context, url string, o fetch.Options, doc f
 			hung = true
 			return fmt.Errorf("%w: the page did not settle within %s (spec.render.timeout)", fetch.ErrRender, timeout)
 		case errors.Is(cause, errCrashed):
+			crashed = true
 			return fmt.Errorf("%w: %w", fetch.ErrRender, errCrashed)
 		case in.ctx.Err() != nil:
 			return fmt.Errorf("%w: the browser died: %w", fetch.ErrRender, err)
@@ -115,7 +116,7 @@ func (b *Browser) render(ctx context.Context, url string, o fetch.Options, doc f
 		}
 		return fmt.Errorf("%w: %w", fetch.ErrRender, err)
 	}()
-	b.closeTab(in, !p.closeTab(tabCtx, tabCancel, hung))
+	b.closeTab(in, crashed, !p.closeTab(tabCtx, tabCancel, hung))
 	if err != nil {
 		b.o.Log.Info("render failed", "url", url, "err", err)
 		doc.Err = err
@@ -217,9 +218,10 @@ func (p *tab) event(rctx context.Context) func(any) {
 		switch ev := ev.(type) {
 		case *cdpfetch.EventRequestPaused:
 			p.touch(+1)
+			slot := p.reserve() // here, on the event loop: Resources keep the page's order
 			go func() {
 				defer p.touch(-1)
-				p.answer(rctx, ev)
+				p.answer(rctx, ev, slot)
 			}()
 		case *network.EventWebSocketCreated:
 			p.mu.Lock()
@@ -242,7 +244,7 @@ func (p *tab) touch(delta int) {
 
 // answer settles one paused request: the document from memory, anything
 // else refused or fetched through the node's fetcher.
-func (p *tab) answer(rctx context.Context, ev *cdpfetch.EventRequestPaused) {
+func (p *tab) answer(rctx context.Context, ev *cdpfetch.EventRequestPaused, slot int) {
 	id := ev.RequestID
 	fail := func(reason network.ErrorReason) {
 		chromedp.Call(rctx, cdpfetch.FailRequest, cdpfetch.FailRequestParams{RequestID: id, ErrorReason: reason})
@@ -276,7 +278,6 @@ func (p *tab) answer(rctx context.Context, ev *cdpfetch.EventRequestPaused) {
 		fail(network.ErrorReasonBlockedByClient)
 		return
 	}
-	slot := p.reserve()
 	if slot < 0 {
 		fail(network.ErrorReasonAborted)
 		return
@@ -309,8 +310,9 @@ func (p *tab) answer(rctx context.Context, ev *cdpfetch.EventRequestPaused) {
 	p.fulfill(rctx, id, r.Status, r.Header, body)
 }
 
-// reserve takes the next place in Resources, in the order the page asked;
-// -1 once the render is over.
+// reserve takes the next place in Resources, in the order the page asked
+// (a place left empty, for the document or a refusal, is dropped); -1
+// once the render is over.
 func (p *tab) reserve() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -144,6 +144,9 @@ func (b *Browser) openTab() (*instance, error) {
 	}
 	if in := b.cur; in != nil && (in.ctx.Err() != nil || in.pages >= b.o.RecycleAfter) {
 		b.retireLocked(in)
+		if in.open == 0 {
+			go b.stop(in) // stop takes b.mu
+		}
 	}
 	if b.cur == nil {
 		in, err := b.start()
@@ -158,12 +161,14 @@ func (b *Browser) openTab() (*instance, error) {
 	return b.cur, nil
 }
 
-// closeTab counts a tab of in as closed; kill stops in at once (its other
-// tabs fail), for a tab that would not close.
-func (b *Browser) closeTab(in *instance, kill bool) {
+// closeTab counts a tab of in as closed. retire opens no more tabs in in
+// (it is stopped when its last tab closes): after a crash, whose cause (a
+// renderer out of memory, a bad GPU path) may linger. kill stops in at
+// once (its other tabs fail), for a tab that would not close.
+func (b *Browser) closeTab(in *instance, retire, kill bool) {
 	b.mu.Lock()
 	in.open--
-	if kill || in.ctx.Err() != nil {
+	if retire || kill || in.ctx.Err() != nil || in.pages >= b.o.RecycleAfter {
 		b.retireLocked(in)
 	}
 	stop := kill || in.retired && in.open == 0
@@ -246,8 +251,9 @@ func (b *Browser) stop(in *instance) error {
 		b.mu.Lock()
 		delete(b.live, in)
 		b.retireLocked(in)
+		pages := in.pages
 		b.mu.Unlock()
-		b.o.Log.Info("chromium stopped", "user_data_dir", in.dir, "pages", in.pages)
+		b.o.Log.Info("chromium stopped", "user_data_dir", in.dir, "pages", pages)
 	})
 	return in.stopErr
 }

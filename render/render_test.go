@@ -11,9 +11,11 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +27,9 @@ type site struct {
 	*httptest.Server
 	mu    sync.Mutex
 	count map[string]int
+	// slow tells of each request for /slow, which is answered only when
+	// its client goes away.
+	slow chan struct{}
 }
 
 func (s *site) hits(path string) int {
@@ -69,10 +74,22 @@ window.spaDone = true;
 // a 1x1 PNG
 var pixel = []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\rIDATx\x9cc\xf8\x0f\x00\x00\x01\x01\x00\x05\x18\xd8N\x00\x00\x00\x00IEND\xaeB`\x82")
 
+func html(body string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, body)
+	}
+}
+
 func newSite(t *testing.T, extra map[string]string) *site {
 	t.Helper()
-	s := &site{count: map[string]int{}}
+	s := &site{count: map[string]int{}, slow: make(chan struct{}, 16)}
 	mux := http.NewServeMux()
+	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
+		s.slow <- struct{}{}
+		<-r.Context().Done()
+	})
+	mux.HandleFunc("/waits", html(`<html><body><p>waits</p><script>fetch("/slow")</script></body></html>`))
 	html := func(body string) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -149,7 +166,7 @@ func TestRenderRunsScriptsAndFetchesThroughThePlainFetcher(t *testing.T) {
 	s := newSite(t, nil)
 	b := newBrowser(t, nil)
 	ctx := context.Background()
-	r := b.Get(ctx, s.URL+"/", pageOptions(&fetch.Render{NetworkIdle: true, IdleCap: 5 * time.Second, Timeout: 20 * time.Second, ScrollSteps: 5, ScrollWait: 2 * time.Second}))
+	r := b.Get(ctx, s.URL+"/", pageOptions(&fetch.Render{NetworkIdle: true, IdleCap: 5 * time.Second, Timeout: 10 * time.Second, ScrollSteps: 5, ScrollWait: 2 * time.Second}))
 	if r.Err != nil {
 		t.Fatalf("render: %v", r.Err)
 	}
@@ -217,7 +234,7 @@ func TestEndlessScriptFailsWithinTheTimeoutAndTheNextPageRenders(t *testing.T) {
 	if v := fetch.Classify(&r, nil); v != fetch.Final {
 		t.Errorf("Classify = %v, want Final", v)
 	}
-	ok := b.Get(ctx, s.URL+"/", pageOptions(&fetch.Render{NetworkIdle: true, Timeout: 20 * time.Second}))
+	ok := b.Get(ctx, s.URL+"/", pageOptions(&fetch.Render{NetworkIdle: true, Timeout: 10 * time.Second}))
 	if ok.Err != nil || !strings.Contains(string(ok.Body), "text-from-the-api") {
 		t.Fatalf("the next render: err %v, body %.200q", ok.Err, ok.Body)
 	}
@@ -257,7 +274,7 @@ try { new WebSocket("ws://" + location.host + "/ws"); } catch (e) {}
 	s = newSite(t, map[string]string{"/guarded": fmt.Sprintf(page, inside, raw.Addr().String())})
 	guard := fetch.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}}
 	b := newBrowser(t, fetch.New(2, guard))
-	r := b.Get(context.Background(), s.URL+"/guarded", pageOptions(&fetch.Render{NetworkIdle: true, Timeout: 20 * time.Second}))
+	r := b.Get(context.Background(), s.URL+"/guarded", pageOptions(&fetch.Render{NetworkIdle: true, Timeout: 10 * time.Second}))
 	if r.Err != nil {
 		t.Fatalf("render: %v", r.Err)
 	}
@@ -287,7 +304,7 @@ try { new WebSocket("ws://" + location.host + "/ws"); } catch (e) {}
 func TestCheckRefusesAndCounts(t *testing.T) {
 	s := newSite(t, nil)
 	b := newBrowser(t, nil)
-	o := pageOptions(&fetch.Render{NetworkIdle: true, Timeout: 20 * time.Second, Check: func(u string) error {
+	o := pageOptions(&fetch.Render{NetworkIdle: true, Timeout: 10 * time.Second, Check: func(u string) error {
 		if strings.HasSuffix(u, "/api/data") {
 			return errors.New("out of scope")
 		}
@@ -308,7 +325,7 @@ func TestCheckRefusesAndCounts(t *testing.T) {
 func TestCloseLeavesNoProcess(t *testing.T) {
 	s := newSite(t, nil)
 	b := newBrowser(t, nil)
-	r := b.Get(context.Background(), s.URL+"/", pageOptions(&fetch.Render{Timeout: 20 * time.Second}))
+	r := b.Get(context.Background(), s.URL+"/", pageOptions(&fetch.Render{Timeout: 10 * time.Second}))
 	if r.Err != nil {
 		t.Fatal(r.Err)
 	}
@@ -357,4 +374,143 @@ func processesUsing(dir string) []string {
 		}
 	}
 	return pids
+}
+
+// waitSlow waits for the page to ask for /slow.
+func (s *site) waitSlow(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.slow:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the page never asked for /slow")
+	}
+}
+
+// liveDirs lists the profiles of the browsers b has running.
+func liveDirs(b *Browser) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var dirs []string
+	for in := range b.live {
+		dirs = append(dirs, in.dir)
+	}
+	return dirs
+}
+
+// killChromium kills the processes of the profile dir whose command line
+// has all of has and none of hasNot, and says how many.
+func killChromium(t *testing.T, dir, has, hasNot string) int {
+	t.Helper()
+	n := 0
+	for _, pid := range processesUsing(dir) {
+		cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+		if has != "" && !bytes.Contains(cmdline, []byte(has)) || hasNot != "" && bytes.Contains(cmdline, []byte(hasNot)) {
+			continue
+		}
+		id, _ := strconv.Atoi(pid)
+		if syscall.Kill(id, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+func TestCrashedTabAndDeadBrowserFailTheRenderAndTheNextOneWorks(t *testing.T) {
+	s := newSite(t, nil)
+	b := newBrowser(t, nil)
+	ctx := context.Background()
+	o := pageOptions(&fetch.Render{NetworkIdle: true, IdleCap: 10 * time.Second, Timeout: 10 * time.Second})
+	for _, c := range []struct {
+		name, has, hasNot, want string
+	}{
+		{"renderer", "--type=renderer", "", "crashed"},
+		{"browser", "", "--type=", "browser died"},
+	} {
+		got := make(chan fetch.Response, 1)
+		go func() { got <- b.Get(ctx, s.URL+"/waits", o) }()
+		s.waitSlow(t)
+		dirs := liveDirs(b)
+		if len(dirs) != 1 {
+			t.Fatalf("%d browsers live, want 1", len(dirs))
+		}
+		if n := killChromium(t, dirs[0], c.has, c.hasNot); n == 0 {
+			t.Fatalf("no %s process to kill", c.name)
+		}
+		select {
+		case r := <-got:
+			if !errors.Is(r.Err, fetch.ErrRender) || !strings.Contains(r.Err.Error(), c.want) {
+				t.Errorf("killed %s: err = %v, want an ErrRender saying %q", c.name, r.Err, c.want)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("killed %s: Get did not return", c.name)
+		}
+		r := b.Get(ctx, s.URL+"/", pageOptions(&fetch.Render{NetworkIdle: true, Timeout: 10 * time.Second}))
+		if r.Err != nil || !strings.Contains(string(r.Body), "text-from-the-api") {
+			t.Fatalf("after killing %s: err %v, body %.200q", c.name, r.Err, r.Body)
+		}
+	}
+}
+
+func TestGetWaitsForATabAsLongAsItsContextAllows(t *testing.T) {
+	s := newSite(t, nil)
+	path, err := Find()
+	if err != nil {
+		t.Fatalf("these tests need Chromium: %v", err)
+	}
+	b, err := New(Options{Path: path, Plain: fetch.New(2, fetch.Guard{AllowPrivate: true}), Tabs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	busyCtx, stopBusy := context.WithCancel(context.Background())
+	busy := make(chan fetch.Response, 1)
+	go func() {
+		busy <- b.Get(busyCtx, s.URL+"/waits", pageOptions(&fetch.Render{NetworkIdle: true, IdleCap: 10 * time.Second, Timeout: 10 * time.Second}))
+	}()
+	s.waitSlow(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	r := b.Get(ctx, s.URL+"/", pageOptions(&fetch.Render{Timeout: 10 * time.Second}))
+	if !errors.Is(r.Err, context.DeadlineExceeded) || errors.Is(r.Err, fetch.ErrRender) {
+		t.Errorf("err = %v, want the context's deadline and no ErrRender", r.Err)
+	}
+	if r.Status != 200 {
+		t.Errorf("status %d: the document is fetched before the wait for a tab", r.Status)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Get took %s with a 300ms context", took)
+	}
+	stopBusy()
+	if br := <-busy; br.Err == nil || errors.Is(br.Err, fetch.ErrRender) || fetch.Classify(&br, nil) != fetch.Transient {
+		t.Errorf("canceled render: err %v, want a transient, non-ErrRender failure", br.Err)
+	}
+}
+
+func TestBrowserIsRecycledAfterItsPages(t *testing.T) {
+	s := newSite(t, map[string]string{"/static": `<html><body><p>static</p></body></html>`})
+	path, err := Find()
+	if err != nil {
+		t.Fatalf("these tests need Chromium: %v", err)
+	}
+	b, err := New(Options{Path: path, Plain: fetch.New(2, fetch.Guard{AllowPrivate: true}), RecycleAfter: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var seen [][]string
+	for range 3 {
+		r := b.Get(context.Background(), s.URL+"/static", pageOptions(&fetch.Render{Timeout: 10 * time.Second}))
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		seen = append(seen, liveDirs(b))
+	}
+	// The second page's close stops the browser; the third starts another.
+	if len(seen[0]) != 1 || len(seen[1]) != 0 || len(seen[2]) != 1 || seen[0][0] == seen[2][0] {
+		t.Fatalf("live profiles after each page: %v, want one, none, another", seen)
+	}
+	if left := processesUsing(seen[0][0]); len(left) != 0 {
+		t.Errorf("the recycled browser left processes: %v", left)
+	}
 }
