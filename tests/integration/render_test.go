@@ -337,7 +337,8 @@ func TestKilledBrowserNodeLeavesNoChromiumAndItsPagesMove(t *testing.T) {
 	spec := loopbackSpec(web)
 	spec.Politeness.MaxConcurrencyPerHost = 2
 	spec.Scope.Exclude = []string{"/app/(spin|probe)$"}
-	spec.Render = &campaign.Render{Hosts: []string{renderHost}, Include: []string{synthweb.RenderPattern}}
+	spec.Render = &campaign.Render{Hosts: []string{renderHost}, Include: []string{synthweb.RenderPattern},
+		Scroll: campaign.Scroll{Steps: 40, Wait: campaign.Duration(time.Second)}}
 	id := "browser-kill-" + s.Name
 	if _, err := s.Campaigns.Start(bg, id, spec); err != nil {
 		t.Fatal(err)
