@@ -14,7 +14,6 @@ import (
 	cdpfetch "github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/inspector"
 	"github.com/chromedp/cdproto/network"
-	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 
@@ -177,11 +176,6 @@ func (p *tab) run(tabCtx, rctx context.Context) (string, error) {
 	}
 	patterns := []*cdpfetch.RequestPattern{{URLPattern: "*", RequestStage: cdpfetch.RequestStageRequest}}
 	if _, err := chromedp.Call(rctx, cdpfetch.Enable, cdpfetch.EnableParams{Patterns: patterns}); err != nil {
-		return "", err
-	}
-	// A tab in the background gets no frames, and with no frames no
-	// IntersectionObserver fires: lazy content would never load.
-	if _, err := chromedp.Call(rctx, page.BringToFront, cdp.Empty{}); err != nil {
 		return "", err
 	}
 	p.touch(0)

@@ -163,10 +163,33 @@ func pageOptions(r *fetch.Render) fetch.Options {
 }
 
 func TestRenderRunsScriptsAndFetchesThroughThePlainFetcher(t *testing.T) {
-	s := newSite(t, nil)
+	t.Parallel()
 	b := newBrowser(t, nil)
 	ctx := context.Background()
-	r := b.Get(ctx, s.URL+"/", pageOptions(&fetch.Render{NetworkIdle: true, IdleCap: 5 * time.Second, Timeout: 10 * time.Second, ScrollSteps: 5, ScrollWait: 2 * time.Second}))
+	// Two sites at once, in the Browser's two tabs.
+	sites := []*site{newSite(t, nil), newSite(t, nil)}
+	got := make([]fetch.Response, len(sites))
+	var wg sync.WaitGroup
+	for i, s := range sites {
+		wg.Go(func() {
+			got[i] = b.Get(ctx, s.URL+"/", pageOptions(&fetch.Render{NetworkIdle: true, IdleCap: 5 * time.Second, Timeout: 10 * time.Second, ScrollSteps: 8, ScrollWait: 2 * time.Second}))
+		})
+	}
+	wg.Wait()
+	for i, s := range sites {
+		checkSPA(t, s, got[i])
+	}
+
+	// Without Render it is the plain fetcher's GET, body as served.
+	p := b.Get(ctx, sites[0].URL+"/", pageOptions(nil))
+	if p.Err != nil || p.Rendered != nil || string(p.Body) != spaIndex {
+		t.Errorf("plain Get: err %v, rendered %v, body %.40q", p.Err, p.Rendered != nil, p.Body)
+	}
+}
+
+// checkSPA checks a render of the single-page app on s.
+func checkSPA(t *testing.T, s *site, r fetch.Response) {
+	t.Helper()
 	if r.Err != nil {
 		t.Fatalf("render: %v", r.Err)
 	}
@@ -205,18 +228,17 @@ func TestRenderRunsScriptsAndFetchesThroughThePlainFetcher(t *testing.T) {
 	if api.Status != 200 || api.ContentType != "text/plain" || api.Wire == nil || !bytes.Contains(api.Wire.Response, []byte("text-from-the-api")) {
 		t.Errorf("/api/data resource: %+v", api)
 	}
-	if len(r.Rendered.Resources) != 3 {
-		t.Errorf("resources: %+v, want app.js, api/data, img", r.Rendered.Resources)
+	var order []string
+	for _, res := range r.Rendered.Resources {
+		order = append(order, strings.TrimPrefix(res.URL, s.URL))
 	}
-
-	// Without Render it is the plain fetcher's GET, body as served.
-	p := b.Get(ctx, s.URL+"/", pageOptions(nil))
-	if p.Err != nil || p.Rendered != nil || string(p.Body) != spaIndex {
-		t.Errorf("plain Get: err %v, rendered %v, body %.40q", p.Err, p.Rendered != nil, p.Body)
+	if strings.Join(order, " ") != "/app.js /api/data /img/lazy.png" {
+		t.Errorf("resources in order: %v", order)
 	}
 }
 
 func TestEndlessScriptFailsWithinTheTimeoutAndTheNextPageRenders(t *testing.T) {
+	t.Parallel()
 	s := newSite(t, map[string]string{"/spin": `<html><body><p>spin</p><script>for(;;){}</script></body></html>`})
 	b := newBrowser(t, nil)
 	ctx := context.Background()
@@ -255,6 +277,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 }
 
 func TestGuardHoldsForThePagesRequests(t *testing.T) {
+	t.Parallel()
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -287,6 +310,9 @@ try { new WebSocket("ws://" + location.host + "/ws"); } catch (e) {}
 	if n := s.hits("/ws"); n != 0 {
 		t.Errorf("a websocket reached the site %d times", n)
 	}
+	if r.Rendered.Refused != 1 {
+		t.Errorf("Refused = %d, want 1 (the websocket)", r.Rendered.Refused)
+	}
 	var found bool
 	for _, res := range r.Rendered.Resources {
 		if res.URL == inside {
@@ -302,6 +328,7 @@ try { new WebSocket("ws://" + location.host + "/ws"); } catch (e) {}
 }
 
 func TestCheckRefusesAndCounts(t *testing.T) {
+	t.Parallel()
 	s := newSite(t, nil)
 	b := newBrowser(t, nil)
 	o := pageOptions(&fetch.Render{NetworkIdle: true, Timeout: 10 * time.Second, Check: func(u string) error {
@@ -323,6 +350,7 @@ func TestCheckRefusesAndCounts(t *testing.T) {
 }
 
 func TestCloseLeavesNoProcess(t *testing.T) {
+	t.Parallel()
 	s := newSite(t, nil)
 	b := newBrowser(t, nil)
 	r := b.Get(context.Background(), s.URL+"/", pageOptions(&fetch.Render{Timeout: 10 * time.Second}))
@@ -416,6 +444,7 @@ func killChromium(t *testing.T, dir, has, hasNot string) int {
 }
 
 func TestCrashedTabAndDeadBrowserFailTheRenderAndTheNextOneWorks(t *testing.T) {
+	t.Parallel()
 	s := newSite(t, nil)
 	b := newBrowser(t, nil)
 	ctx := context.Background()
@@ -452,6 +481,7 @@ func TestCrashedTabAndDeadBrowserFailTheRenderAndTheNextOneWorks(t *testing.T) {
 }
 
 func TestGetWaitsForATabAsLongAsItsContextAllows(t *testing.T) {
+	t.Parallel()
 	s := newSite(t, nil)
 	path, err := Find()
 	if err != nil {
@@ -488,6 +518,7 @@ func TestGetWaitsForATabAsLongAsItsContextAllows(t *testing.T) {
 }
 
 func TestBrowserIsRecycledAfterItsPages(t *testing.T) {
+	t.Parallel()
 	s := newSite(t, map[string]string{"/static": `<html><body><p>static</p></body></html>`})
 	path, err := Find()
 	if err != nil {
