@@ -62,7 +62,8 @@ for (const n of ["alpha", "beta"]) {
   a.textContent = "go " + n;
   document.getElementById("nav").appendChild(a);
 }
-fetch("/api/data").then(r => r.text()).then(t => { document.getElementById("text").textContent = t; });
+// /api/old redirects to /api/data: the browser follows the fulfilled 302.
+fetch("/api/old").then(r => r.text()).then(t => { document.getElementById("text").textContent = t; });
 const img = document.getElementById("lazy");
 window.lazyObserver = new IntersectionObserver((entries, o) => {
   for (const e of entries) if (e.isIntersecting) { img.src = img.dataset.src; o.disconnect(); }
@@ -106,6 +107,7 @@ func newSite(t *testing.T, extra map[string]string) *site {
 		zw.Write([]byte(spaScript))
 		zw.Close()
 	})
+	mux.Handle("/api/old", http.RedirectHandler("/api/data", http.StatusFound))
 	mux.HandleFunc("/api/data", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprint(w, "text-from-the-api")
@@ -211,7 +213,7 @@ func checkSPA(t *testing.T, s *site, r fetch.Response) {
 	if r.Status != 200 || r.Wire == nil || r.Digest == "" || r.Length != int64(len(spaIndex)) {
 		t.Errorf("document fields: status %d, wire %v, digest %q, length %d", r.Status, r.Wire != nil, r.Digest, r.Length)
 	}
-	for _, path := range []string{"/", "/app.js", "/api/data", "/img/lazy.png"} {
+	for _, path := range []string{"/", "/app.js", "/api/old", "/api/data", "/img/lazy.png"} {
 		if n := s.hits(path); n != 1 {
 			t.Errorf("%s requested %d times, want once (all: %v)", path, n, s.all())
 		}
@@ -232,7 +234,7 @@ func checkSPA(t *testing.T, s *site, r fetch.Response) {
 	for _, res := range r.Rendered.Resources {
 		order = append(order, strings.TrimPrefix(res.URL, s.URL))
 	}
-	if strings.Join(order, " ") != "/app.js /api/data /img/lazy.png" {
+	if strings.Join(order, " ") != "/app.js /api/old /api/data /img/lazy.png" {
 		t.Errorf("resources in order: %v", order)
 	}
 }
@@ -341,8 +343,8 @@ func TestCheckRefusesAndCounts(t *testing.T) {
 	if r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	if s.hits("/api/data") != 0 || r.Rendered.Refused != 1 {
-		t.Errorf("api hits %d, refused %d; want 0 and 1", s.hits("/api/data"), r.Rendered.Refused)
+	if s.hits("/api/data") != 0 || s.hits("/api/old") != 1 || r.Rendered.Refused != 1 {
+		t.Errorf("api hits %d, refused %d; want 0 and 1 (the redirect's target)", s.hits("/api/data"), r.Rendered.Refused)
 	}
 	if !strings.Contains(string(r.Body), `href="/page/alpha"`) {
 		t.Errorf("the page did not render: %s", r.Body)
