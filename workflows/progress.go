@@ -74,6 +74,10 @@ func (d *dispatcher) details(status string) string {
 	fmt.Fprintf(&b, "fetched %d · failed %d · excluded %d · discovered %d · batches given up %d\n\n",
 		c.Fetched, c.Failed, c.Excluded, c.Discovered, c.Rerouted)
 	fmt.Fprintf(&b, "batches routed %d · URLs leased %d\n\n", c.Batches, c.Leased)
+	if n := d.lastLease.RenderWaiting; n > 0 {
+		// Details are no command: replay ignores what they say.
+		fmt.Fprintf(&b, "**waiting for a browser node**: %d hosts render (spec.render) and no node of the ring has a browser; start one with `--browser`\n\n", n)
+	}
 	states := map[string]int{}
 	for i, id := range d.order {
 		n := d.nodes[id]

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	sdkpb "go.temporal.io/api/sdk/v1"
 
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/config"
@@ -390,4 +391,94 @@ func TestKilledBrowserNodeLeavesNoChromiumAndItsPagesMove(t *testing.T) {
 	}
 	t.Logf("killed %s with %d Chromium processes under it; render host pages by node %v; %d fetched, %d twice",
 		victim.ID, len(chromium), byNode, sum.Fetched, dup)
+}
+
+// workflowDetails are the campaign's current details, as the Web UI shows
+// them.
+func workflowDetails(t *testing.T, s *harness.Stack, id string) string {
+	t.Helper()
+	v, err := s.Client.QueryWorkflow(bounded(t, 30*time.Second), id, "", "__temporal_workflow_metadata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md sdkpb.WorkflowMetadata
+	if err := v.Get(&md); err != nil {
+		t.Fatal(err)
+	}
+	return md.GetCurrentDetails()
+}
+
+// TestRenderWaitsForABrowserNode: with no browser node, the render host's
+// pages wait (pending, none failed) while the other hosts are crawled,
+// and the campaign says so where operators look (the Web UI's details,
+// the figures of `campaign status`); a browser node that joins takes them,
+// and the campaign ends with every page fetched once.
+func TestRenderWaitsForABrowserNode(t *testing.T) {
+	spa := &synthweb.SPA{Views: 2, Images: 1, Items: 20}
+	web := harness.StartWeb(t, synthweb.Config{
+		Hosts: 3, Pages: 3 * 10, LinksPerPage: 2, Seed: 3,
+		Custom:     map[int]map[string]http.HandlerFunc{0: spa.Site()},
+		ExtraLinks: map[int][]string{0: {synthweb.SPARoot}},
+	})
+	s := harness.NewStack(t)
+	s.StartNode("plain", 1)
+	renderHost := web.Hosts()[0]
+	spec := loopbackSpec(web)
+	spec.Seeds = web.Roots()
+	spec.Scope.Exclude = []string{"/app/(spin|probe)$"}
+	spec.Render = &campaign.Render{Hosts: []string{renderHost}, Include: []string{synthweb.RenderPattern},
+		Scroll: campaign.Scroll{Steps: 10, Wait: campaign.Duration(time.Second)}}
+	id := "browser-wait-" + s.Name
+	run, err := s.Campaigns.Start(bg, id, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plainPages := 0
+	for _, u := range web.Pages() {
+		if !strings.Contains(u, renderHost+"/") {
+			plainPages++
+		}
+	}
+	var waiting int64
+	harness.Eventually(t, 2*time.Minute, "the other hosts crawled and the render host waiting, said so", func() bool {
+		fetched := 0
+		for u := range pageNodes(t, s, id) {
+			if !strings.Contains(u, renderHost+"/") {
+				fetched++
+			}
+		}
+		key, err := s.Store.CampaignKey(bg, id)
+		if err != nil {
+			return false // the workflow has not written it yet
+		}
+		if waiting, err = s.Store.RenderWaiting(bg, key, spec.Render, nil); err != nil {
+			t.Fatal(err)
+		}
+		return fetched == plainPages && waiting > 0 &&
+			strings.Contains(workflowDetails(t, s, id), "waiting for a browser node")
+	})
+	for u, r := range campaignFrontier(t, s, id) {
+		if strings.Contains(u, renderHost+"/") && r.state != "pending" {
+			t.Errorf("%s: %+v, want pending until a browser node comes", u, r)
+		}
+	}
+	if n := web.Hits()["http://"+renderHost+"/"]; n != 0 {
+		t.Errorf("the render host's root requested %d times before any browser node", n)
+	}
+
+	s.StartNodeWith("browser", 1, func(c *config.Config) { c.Node.Browser = "auto" })
+	ctx, cancel := context.WithTimeout(bg, 3*time.Minute)
+	defer cancel()
+	var sum campaign.Summary
+	if err := run.Get(ctx, &sum); err != nil {
+		t.Fatal(err)
+	}
+	if missing, dup := web.Tally(); missing != 0 || dup != 0 {
+		t.Errorf("%d pages never requested, %d requested twice", missing, dup)
+	}
+	want := int64(len(web.Pages()) + len(spa.Pages()) - 2) // spin and probe excluded
+	if sum.Fetched != want || sum.Failed != 0 {
+		t.Errorf("%d fetched, %d failed; want %d fetched", sum.Fetched, sum.Failed, want)
+	}
+	t.Logf("%d URLs waited for a browser node; then %d fetched in %.1fs", waiting, sum.Fetched, sum.Seconds)
 }
