@@ -187,6 +187,25 @@ func TestRenderRunsScriptsAndFetchesThroughThePlainFetcher(t *testing.T) {
 	if p.Err != nil || p.Rendered != nil || string(p.Body) != spaIndex {
 		t.Errorf("plain Get: err %v, rendered %v, body %.40q", p.Err, p.Rendered != nil, p.Body)
 	}
+
+	// Check refuses a request, here a redirect's target, and counts it.
+	s := newSite(t, nil)
+	o := pageOptions(&fetch.Render{NetworkIdle: true, Timeout: 10 * time.Second, Check: func(u string) error {
+		if strings.HasSuffix(u, "/api/data") {
+			return errors.New("out of scope")
+		}
+		return nil
+	}})
+	r := b.Get(ctx, s.URL+"/", o)
+	if r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if s.hits("/api/data") != 0 || s.hits("/api/old") != 1 || r.Rendered.Refused != 1 {
+		t.Errorf("api hits %d, refused %d; want 0 and 1 (the redirect's target)", s.hits("/api/data"), r.Rendered.Refused)
+	}
+	if !strings.Contains(string(r.Body), `href="/page/alpha"`) {
+		t.Errorf("the page did not render: %s", r.Body)
+	}
 }
 
 // checkSPA checks a render of the single-page app on s.
@@ -329,70 +348,6 @@ try { new WebSocket("ws://" + location.host + "/ws"); } catch (e) {}
 	}
 }
 
-func TestCheckRefusesAndCounts(t *testing.T) {
-	t.Parallel()
-	s := newSite(t, nil)
-	b := newBrowser(t, nil)
-	o := pageOptions(&fetch.Render{NetworkIdle: true, Timeout: 10 * time.Second, Check: func(u string) error {
-		if strings.HasSuffix(u, "/api/data") {
-			return errors.New("out of scope")
-		}
-		return nil
-	}})
-	r := b.Get(context.Background(), s.URL+"/", o)
-	if r.Err != nil {
-		t.Fatal(r.Err)
-	}
-	if s.hits("/api/data") != 0 || s.hits("/api/old") != 1 || r.Rendered.Refused != 1 {
-		t.Errorf("api hits %d, refused %d; want 0 and 1 (the redirect's target)", s.hits("/api/data"), r.Rendered.Refused)
-	}
-	if !strings.Contains(string(r.Body), `href="/page/alpha"`) {
-		t.Errorf("the page did not render: %s", r.Body)
-	}
-}
-
-func TestCloseLeavesNoProcess(t *testing.T) {
-	t.Parallel()
-	s := newSite(t, nil)
-	b := newBrowser(t, nil)
-	r := b.Get(context.Background(), s.URL+"/", pageOptions(&fetch.Render{Timeout: 10 * time.Second}))
-	if r.Err != nil {
-		t.Fatal(r.Err)
-	}
-	b.mu.Lock()
-	var dirs []string
-	for in := range b.live {
-		dirs = append(dirs, in.dir)
-	}
-	b.mu.Unlock()
-	if len(dirs) != 1 {
-		t.Fatalf("%d browsers live, want 1", len(dirs))
-	}
-	if err := b.Close(); err != nil {
-		t.Errorf("Close: %v", err)
-	}
-	if err := b.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		left := processesUsing(dirs[0])
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes left after Close: %v", left)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if _, err := os.Stat(dirs[0]); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("user data dir %s still there: %v", dirs[0], err)
-	}
-	if r := b.Get(context.Background(), s.URL+"/", pageOptions(&fetch.Render{})); !errors.Is(r.Err, fetch.ErrRender) {
-		t.Errorf("Get after Close: %v", r.Err)
-	}
-}
-
 // processesUsing lists the pids whose command line names dir.
 func processesUsing(dir string) []string {
 	entries, _ := os.ReadDir("/proc")
@@ -475,10 +430,11 @@ func TestCrashedTabAndDeadBrowserFailTheRenderAndTheNextOneWorks(t *testing.T) {
 		case <-time.After(15 * time.Second):
 			t.Fatalf("killed %s: Get did not return", c.name)
 		}
-		r := b.Get(ctx, s.URL+"/", pageOptions(&fetch.Render{NetworkIdle: true, Timeout: 10 * time.Second}))
-		if r.Err != nil || !strings.Contains(string(r.Body), "text-from-the-api") {
-			t.Fatalf("after killing %s: err %v, body %.200q", c.name, r.Err, r.Body)
-		}
+	}
+	// (The second round's render began after the renderer's crash.)
+	r := b.Get(ctx, s.URL+"/", pageOptions(&fetch.Render{NetworkIdle: true, Timeout: 10 * time.Second}))
+	if r.Err != nil || !strings.Contains(string(r.Body), "text-from-the-api") {
+		t.Fatalf("after killing the browser: err %v, body %.200q", r.Err, r.Body)
 	}
 }
 
@@ -519,7 +475,7 @@ func TestGetWaitsForATabAsLongAsItsContextAllows(t *testing.T) {
 	}
 }
 
-func TestBrowserIsRecycledAfterItsPages(t *testing.T) {
+func TestRecycleAndCloseLeaveNoProcess(t *testing.T) {
 	t.Parallel()
 	s := newSite(t, map[string]string{"/static": `<html><body><p>static</p></body></html>`})
 	path, err := Find()
@@ -545,5 +501,30 @@ func TestBrowserIsRecycledAfterItsPages(t *testing.T) {
 	}
 	if left := processesUsing(seen[0][0]); len(left) != 0 {
 		t.Errorf("the recycled browser left processes: %v", left)
+	}
+
+	if err := b.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	dir := seen[2][0]
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := processesUsing(dir)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes left after Close: %v", left)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("user data dir %s still there: %v", dir, err)
+	}
+	if r := b.Get(context.Background(), s.URL+"/static", pageOptions(&fetch.Render{})); !errors.Is(r.Err, fetch.ErrRender) {
+		t.Errorf("Get after Close: %v", r.Err)
 	}
 }
