@@ -14,7 +14,12 @@
 // one reach a loopback listener the guard forbids). So, as a second wall,
 // Chromium's own resolver resolves nothing, IP literals included
 // (--host-resolver-rules=MAP * ~NOTFOUND): whatever is not intercepted
-// connects nowhere.
+// connects nowhere. WebRTC is the exception the resolver does not cover:
+// its ICE agent sends STUN over UDP to IP literals itself (a test saw a
+// binding request reach a forbidden loopback port), so it may use no UDP
+// but through a proxy, and there is none
+// (--webrtc-ip-handling-policy=disable_non_proxied_udp); its TCP (TURN)
+// resolves through the walled resolver.
 //
 // A Browser keeps one Chromium with up to Options.Tabs pages open,
 // started on the first render and restarted after RecycleAfter pages,
@@ -210,6 +215,8 @@ func (b *Browser) start() (*instance, error) {
 		// nothing but the intercepted requests, which are fulfilled
 		// without a network, goes anywhere; preconnects go nowhere.
 		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND"),
+		// WebRTC's UDP bypasses the resolver (see the package doc).
+		chromedp.Flag("webrtc-ip-handling-policy", "disable_non_proxied_udp"),
 		chromedp.Flag("js-flags", "--max-old-space-size=512"),
 		chromedp.WindowSize(1280, 900),
 		chromedp.ModifyCmdFunc(dieWithUs),

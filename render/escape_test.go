@@ -1,0 +1,133 @@
+package render_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/spiderpool/spiderpool/fetch"
+	"github.com/spiderpool/spiderpool/render"
+)
+
+// The tests here check what a page can reach besides its requests: the
+// connections a browser opens on its own. They use only the package's API.
+
+// webrtcPage gathers ICE candidates from a STUN server at udpAddr and a
+// TURN server over TCP at tcpAddr, keeping the render's network busy
+// (a request every 200ms) until gathering ends, then reports it.
+const webrtcPage = `<!doctype html><html><body><p id="out">started</p><script>
+const pc = new RTCPeerConnection({iceServers: [
+  {urls: "stun:%s"},
+  {urls: "turn:%s?transport=tcp", username: "u", credential: "p"},
+]});
+pc.createDataChannel("x");
+let done = false;
+const finish = why => {
+  if (done) return;
+  done = true;
+  out.textContent = "gathering " + why;
+  fetch("/done");
+};
+pc.onicegatheringstatechange = () => { if (pc.iceGatheringState === "complete") finish("complete"); };
+setTimeout(() => finish("timed out"), 6000);
+const tick = () => { if (!done) fetch("/tick").then(() => setTimeout(tick, 200)); };
+tick();
+pc.createOffer().then(o => pc.setLocalDescription(o));
+</script></body></html>`
+
+func TestWebRTCReachesNoAddress(t *testing.T) {
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { udp.Close() })
+	var packets atomic.Int64
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, _, err := udp.ReadFrom(buf); err != nil {
+				return
+			}
+			packets.Add(1)
+		}
+	}()
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tcp.Close() })
+	var conns atomic.Int64
+	go func() {
+		for {
+			c, err := tcp.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			c.Close()
+		}
+	}()
+
+	var done atomic.Int64
+	page := fmt.Sprintf(webrtcPage, udp.LocalAddr(), tcp.Addr())
+	site := serveOn127002(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/":
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, page)
+		case "/done":
+			done.Add(1)
+		}
+	}))
+	b := newTestBrowser(t, fetch.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}})
+	r := b.Get(context.Background(), site+"/", fetch.Options{
+		UserAgent: "spiderpool-test", ConnectTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second,
+		MaxBodyBytes: 1 << 20, KeepBody: true,
+		Render: &fetch.Render{NetworkIdle: true, IdleCap: 10 * time.Second, Timeout: 20 * time.Second},
+	})
+	if r.Err != nil {
+		t.Fatalf("render: %v", r.Err)
+	}
+	if done.Load() != 1 || !strings.Contains(string(r.Body), "gathering ") {
+		t.Fatalf("the page did not finish gathering candidates (/done hit %d times): %s", done.Load(), r.Body)
+	}
+	if n, c := packets.Load(), conns.Load(); n != 0 || c != 0 {
+		t.Errorf("WebRTC reached a forbidden address: %d UDP packets, %d TCP connections", n, c)
+	}
+}
+
+// serveOn127002 serves h on 127.0.0.2 (not the 127.0.0.1 of the
+// forbidden listeners) and returns its base URL.
+func serveOn127002(t *testing.T, h http.Handler) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatalf("listen on 127.0.0.2: %v", err)
+	}
+	s := httptest.NewUnstartedServer(h)
+	s.Listener = l
+	s.Start()
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+func newTestBrowser(t *testing.T, guard fetch.Guard) *render.Browser {
+	t.Helper()
+	path, err := render.Find()
+	if err != nil {
+		t.Fatalf("these tests need Chromium: %v", err)
+	}
+	b, err := render.New(render.Options{Path: path, Plain: fetch.New(2, guard)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
