@@ -317,13 +317,7 @@ func alive(pids []int) []int {
 // every page was fetched, twice at most for the requests in flight at the
 // kill.
 func TestKilledBrowserNodeLeavesNoChromiumAndItsPagesMove(t *testing.T) {
-	spa := &synthweb.SPA{Views: 5, Images: 1, Items: 100}
-	web := harness.StartWeb(t, synthweb.Config{
-		Hosts: 3, Pages: 3 * 20, LinksPerPage: 2, Seed: 9,
-		HostLatency: map[int]time.Duration{0: 50 * time.Millisecond},
-		Custom:      map[int]map[string]http.HandlerFunc{0: spa.Site()},
-		ExtraLinks:  map[int][]string{0: {synthweb.SPARoot}},
-	})
+	spa, web, spec := appBesidePlainHosts(t)
 	s := harness.NewStack(t)
 	b1 := s.StartNodeProcess("browser1", 1, "--browser", "auto")
 	b2 := s.StartNodeProcess("browser2", 1, "--browser", "auto")
@@ -335,23 +329,13 @@ func TestKilledBrowserNodeLeavesNoChromiumAndItsPagesMove(t *testing.T) {
 		victim, heir = b2, b1
 	}
 
-	spec := loopbackSpec(web)
-	spec.Politeness.MaxConcurrencyPerHost = 2
-	spec.Scope.Exclude = []string{"/app/(spin|probe)$"}
-	spec.Render = &campaign.Render{Hosts: []string{renderHost}, Include: []string{synthweb.RenderPattern},
-		Scroll: campaign.Scroll{Steps: 40, Wait: campaign.Duration(time.Second)}}
 	id := "browser-kill-" + s.Name
 	if _, err := s.Campaigns.Start(bg, id, spec); err != nil {
 		t.Fatal(err)
 	}
 	var chromium []int
 	harness.Eventually(t, 2*time.Minute, "the render host's owner rendering, mid-crawl", func() bool {
-		n := 0
-		for u, node := range pageNodes(t, s, id) {
-			if node == victim.ID && strings.Contains(u, renderHost+synthweb.SPARoot) {
-				n++
-			}
-		}
+		n := appPagesBy(t, s, id, renderHost, victim.ID)
 		chromium = descendants(t, victim.PID())
 		return n >= 3 && len(chromium) > 0
 	})
@@ -363,28 +347,11 @@ func TestKilledBrowserNodeLeavesNoChromiumAndItsPagesMove(t *testing.T) {
 	})
 	sum := harness.CampaignResult(t, s, id, 4*time.Minute)
 
-	byNode := map[string]int{}
-	for u, node := range pageNodes(t, s, id) {
-		if strings.Contains(u, renderHost+"/") {
-			byNode[node]++
-		}
-	}
+	byNode := hostPagesByNode(t, s, id, renderHost)
 	if byNode[heir.ID] == 0 {
 		t.Errorf("the render host's pages by node %v: none moved to %s", byNode, heir.ID)
 	}
-	missing, dup := web.Tally()
-	hits := web.Hits()
-	for _, p := range spa.Pages() {
-		if p == synthweb.SPASpin || p == synthweb.SPAProbe {
-			continue
-		}
-		switch n := hits["http://"+renderHost+p]; {
-		case n == 0:
-			missing++
-		case n > 1:
-			dup++
-		}
-	}
+	missing, dup := tallyWithApp(web, spa)
 	// In flight at the kill: the host's concurrency, 2.
 	if missing != 0 || dup > spec.Politeness.MaxConcurrencyPerHost {
 		t.Errorf("%d pages never fetched, %d fetched twice (want 0, and at most the %d in flight)", missing, dup, spec.Politeness.MaxConcurrencyPerHost)
@@ -481,4 +448,110 @@ func TestRenderWaitsForABrowserNode(t *testing.T) {
 		t.Errorf("%d fetched, %d failed; want %d fetched", sum.Fetched, sum.Failed, want)
 	}
 	t.Logf("%d URLs waited for a browser node; then %d fetched in %.1fs", waiting, sum.Fetched, sum.Seconds)
+}
+
+// TestDrainedBrowserNodeHandsItsRenderHostToTheOther: two browser nodes
+// and a plain one. The browser node that owns the render host is drained
+// mid-crawl: the host moves to the other browser node (never to the plain
+// one), nothing is lost and nothing fetched twice.
+func TestDrainedBrowserNodeHandsItsRenderHostToTheOther(t *testing.T) {
+	spa, web, spec := appBesidePlainHosts(t)
+	s := harness.NewStack(t)
+	withBrowser := func(c *config.Config) { c.Node.Browser = "auto" }
+	b1, b2 := s.StartNodeWith("browser1", 1, withBrowser), s.StartNodeWith("browser2", 1, withBrowser)
+	plain := s.StartNode("plain", 1)
+	renderHost := web.Hosts()[0]
+	owner, _ := ring.New(ring.Node{ID: b1, Weight: 1}, ring.Node{ID: b2, Weight: 1}).Lookup(renderHost)
+	heir := map[bool]string{true: b2, false: b1}[owner == b1]
+
+	id := "browser-drain-" + s.Name
+	run, err := s.Campaigns.Start(bg, id, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 2*time.Minute, "the render host's owner rendering, mid-crawl", func() bool {
+		n := appPagesBy(t, s, id, renderHost, owner)
+		return n >= 3
+	})
+	if _, err := s.Campaigns.Drain(bounded(t, time.Minute), id, owner); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 4*time.Minute)
+	defer cancel()
+	var sum campaign.Summary
+	if err := run.Get(ctx, &sum); err != nil {
+		t.Fatal(err)
+	}
+	byNode := hostPagesByNode(t, s, id, renderHost)
+	if byNode[heir] == 0 || byNode[plain] != 0 {
+		t.Errorf("the render host's pages by node %v: want some on %s after the drain, none on %s", byNode, heir, plain)
+	}
+	missing, dup := tallyWithApp(web, spa)
+	if missing != 0 || dup != 0 {
+		t.Errorf("%d pages never fetched, %d fetched twice", missing, dup)
+	}
+	t.Logf("drained %s; render host pages by node %v; %d fetched", owner, byNode, sum.Fetched)
+}
+
+// appBesidePlainHosts is a web of three hosts whose first also serves the
+// app (slowly enough for a crawl to be caught mid-way), and a spec that
+// renders that host's app routes with autoscroll.
+func appBesidePlainHosts(t *testing.T) (*synthweb.SPA, *synthweb.Web, campaign.Spec) {
+	spa := &synthweb.SPA{Views: 5, Images: 1, Items: 100}
+	web := harness.StartWeb(t, synthweb.Config{
+		Hosts: 3, Pages: 3 * 20, LinksPerPage: 2, Seed: 9,
+		HostLatency: map[int]time.Duration{0: 50 * time.Millisecond},
+		Custom:      map[int]map[string]http.HandlerFunc{0: spa.Site()},
+		ExtraLinks:  map[int][]string{0: {synthweb.SPARoot}},
+	})
+	spec := loopbackSpec(web)
+	spec.Politeness.MaxConcurrencyPerHost = 2
+	spec.Scope.Exclude = []string{"/app/(spin|probe)$"}
+	spec.Render = &campaign.Render{Hosts: []string{web.Hosts()[0]}, Include: []string{synthweb.RenderPattern},
+		Scroll: campaign.Scroll{Steps: 40, Wait: campaign.Duration(time.Second)}}
+	return spa, web, spec
+}
+
+// tallyWithApp is web.Tally with the pages of the app on its first host
+// (spin and probe excluded).
+func tallyWithApp(web *synthweb.Web, spa *synthweb.SPA) (missing, dup int) {
+	missing, dup = web.Tally()
+	hits := web.Hits()
+	for _, p := range spa.Pages() {
+		if p == synthweb.SPASpin || p == synthweb.SPAProbe {
+			continue
+		}
+		switch n := hits["http://"+web.Hosts()[0]+p]; {
+		case n == 0:
+			missing++
+		case n > 1:
+			dup++
+		}
+	}
+	return missing, dup
+}
+
+// hostPagesByNode counts the campaign's pages of host by the node that
+// fetched them.
+func hostPagesByNode(t *testing.T, s *harness.Stack, id, host string) map[string]int {
+	t.Helper()
+	by := map[string]int{}
+	for u, node := range pageNodes(t, s, id) {
+		if strings.Contains(u, host+"/") {
+			by[node]++
+		}
+	}
+	return by
+}
+
+// appPagesBy counts the app's pages node fetched.
+func appPagesBy(t *testing.T, s *harness.Stack, id, host, node string) int {
+	t.Helper()
+	n := 0
+	for u, by := range pageNodes(t, s, id) {
+		if by == node && strings.Contains(u, host+synthweb.SPARoot) {
+			n++
+		}
+	}
+	return n
 }
