@@ -131,3 +131,31 @@ func newTestBrowser(t *testing.T, guard fetch.Guard) *render.Browser {
 	t.Cleanup(func() { b.Close() })
 	return b
 }
+
+func TestRendersShareNoState(t *testing.T) {
+	site := serveOn127002(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		switch r.URL.Path {
+		case "/set":
+			w.Header().Set("Set-Cookie", "served=1; Max-Age=3600")
+			fmt.Fprint(w, `<html><body><script>localStorage.setItem("k", "stored"); document.cookie = "scripted=1; max-age=3600";</script></body></html>`)
+		case "/get":
+			fmt.Fprint(w, `<html><body><p id="out"></p><script>out.textContent = "storage=" + localStorage.getItem("k") + " cookies=" + document.cookie;</script></body></html>`)
+		}
+	}))
+	b := newTestBrowser(t, fetch.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}})
+	o := fetch.Options{
+		UserAgent: "spiderpool-test", ConnectTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second,
+		MaxBodyBytes: 1 << 20, KeepBody: true, Render: &fetch.Render{Timeout: 20 * time.Second},
+	}
+	if r := b.Get(context.Background(), site+"/set", o); r.Err != nil {
+		t.Fatalf("render /set: %v", r.Err)
+	}
+	r := b.Get(context.Background(), site+"/get", o)
+	if r.Err != nil {
+		t.Fatalf("render /get: %v", r.Err)
+	}
+	if want := `<p id="out">storage=null cookies=</p>`; !strings.Contains(string(r.Body), want) {
+		t.Errorf("the second render saw the first's state; want %s in\n%s", want, r.Body)
+	}
+}

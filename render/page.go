@@ -85,7 +85,10 @@ func (b *Browser) render(ctx context.Context, url string, o fetch.Options, doc f
 	if timeout <= 0 {
 		timeout = defaultTimeout
 	}
-	tabCtx, tabCancel := chromedp.NewContext(in.ctx)
+	// A browser context of its own (an incognito profile, disposed of with
+	// the tab): no cookie, storage or cache of one render is seen by the
+	// next, which may be another campaign's.
+	tabCtx, tabCancel := chromedp.NewContext(in.ctx, chromedp.WithNewBrowserContext())
 	p := &tab{b: b, in: in, url: url, o: o, doc: doc}
 	var dom string
 	hung, crashed := false, false
