@@ -339,6 +339,7 @@ func TestKilledBrowserNodeLeavesNoChromiumAndItsPagesMove(t *testing.T) {
 		chromium = descendants(t, victim.PID())
 		return n >= 3 && len(chromium) > 0
 	})
+	rss := rssKiB(append([]int{victim.PID()}, chromium...))
 	if err := victim.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -356,6 +357,7 @@ func TestKilledBrowserNodeLeavesNoChromiumAndItsPagesMove(t *testing.T) {
 	if missing != 0 || dup > spec.Politeness.MaxConcurrencyPerHost {
 		t.Errorf("%d pages never fetched, %d fetched twice (want 0, and at most the %d in flight)", missing, dup, spec.Politeness.MaxConcurrencyPerHost)
 	}
+	t.Logf("node and its Chromium used %d MiB (RSS, shared pages counted per process)", rss>>10)
 	t.Logf("killed %s with %d Chromium processes under it; render host pages by node %v; %d fetched, %d twice",
 		victim.ID, len(chromium), byNode, sum.Fetched, dup)
 }
@@ -554,4 +556,22 @@ func appPagesBy(t *testing.T, s *harness.Stack, id, host, node string) int {
 		}
 	}
 	return n
+}
+
+// rssKiB sums the resident memory of pids (VmRSS).
+func rssKiB(pids []int) int64 {
+	var total int64
+	for _, p := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+				total += kb
+			}
+		}
+	}
+	return total
 }
