@@ -44,8 +44,6 @@ type Render struct {
 	// until the page grows no more or Steps is reached: lazy images and
 	// infinite lists load.
 	Scroll Scroll `json:"scroll,omitzero"`
-	// Tabs caps the pages a node renders at once. Default 2.
-	Tabs int `json:"tabs,omitempty"`
 }
 
 // Scroll is the autoscroll behavior of a render.
@@ -100,14 +98,10 @@ func (s *Spec) normalizeRender(add func(error)) {
 	defaultDuration(&r.IdleCap, 5*time.Second)
 	defaultDuration(&r.Timeout, 30*time.Second)
 	defaultDuration(&r.Scroll.Wait, 2*time.Second)
-	defaultInt(&r.Tabs, 2)
 	durationIn(add, "spec.render.idle_cap", r.IdleCap, 10*time.Millisecond, 5*time.Minute)
 	durationIn(add, "spec.render.timeout", r.Timeout, 100*time.Millisecond, 10*time.Minute)
 	durationIn(add, "spec.render.scroll.wait", r.Scroll.Wait, 10*time.Millisecond, time.Minute)
 	if r.Scroll.Steps < 0 || r.Scroll.Steps > 1000 {
 		add(fieldErr("spec.render.scroll.steps", "must be 0..1000, got %d", r.Scroll.Steps))
-	}
-	if r.Tabs < 1 || r.Tabs > 64 {
-		add(fieldErr("spec.render.tabs", "must be 1..64, got %d", r.Tabs))
 	}
 }

@@ -97,7 +97,7 @@ func TestBadSpecsNameTheField(t *testing.T) {
 		{`{"seeds":["http://a/"],"render":{"hosts":["http://a/"]}}`, "spec.render.hosts[0]", "is not a host[:port]"},
 		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"include":["("]}}`, "spec.render.include[0]", "bad regular expression"},
 		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"wait":"idle"}}`, "spec.render.wait", `want "network_idle" or "load"`},
-		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"tabs":0.5}}`, "spec.render.tabs", "want an integer"},
+		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"scroll":{"steps":0.5}}}`, "spec.render.scroll.steps", "want an integer"},
 		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"scroll":{"steps":-1}}}`, "spec.render.scroll.steps", "must be 0..1000"},
 		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"timout":"5s"}}`, "spec.render", `unknown field "timout"`},
 		{`{"seeds":["http://a/"],"recrawl":{"series":"s","min_intreval":"1h"}}`, "spec.recrawl", `unknown field "min_intreval"`},
@@ -271,7 +271,7 @@ func TestRenderDefaultsWorkOnAPlainSite(t *testing.T) {
 	}
 	r := s.Render
 	if r.Wait != RenderWaitNetworkIdle || r.IdleCap.D() != 5*time.Second || r.Timeout.D() != 30*time.Second ||
-		r.Scroll.Steps != 0 || r.Tabs != 2 {
+		r.Scroll.Steps != 0 {
 		t.Errorf("defaults: %+v", *r)
 	}
 	if !r.RendersHost("app.example:8080") || r.RendersHost("other:8080") {
