@@ -186,16 +186,8 @@ func (p *Processor) normalizeFilter(field func(string) string, add func(error)) 
 			add(fieldErr(field(fmt.Sprintf("statuses[%d]", j)), "want a class such as \"2xx\" or a status such as \"200\", got %q", st))
 		}
 	}
-	for _, list := range []struct {
-		name string
-		pats []string
-	}{{"include", p.Include}, {"exclude", p.Exclude}} {
-		for j, pat := range list.pats {
-			if _, err := regexp.Compile(pat); err != nil {
-				add(fieldErr(field(fmt.Sprintf("%s[%d]", list.name, j)), "bad regular expression: %v", err))
-			}
-		}
-	}
+	checkPatterns(add, field("include"), p.Include)
+	checkPatterns(add, field("exclude"), p.Exclude)
 }
 
 // normalizeDelivery checks how pages travel to the processor: its batches,

@@ -1,8 +1,6 @@
 package campaign
 
 import (
-	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -76,18 +74,8 @@ func (s *Spec) normalizeRender(add func(error)) {
 	if len(r.Hosts) == 0 {
 		add(fieldErr("spec.render.hosts", "name the hosts whose pages need a browser (\"*\" for every host)"))
 	}
-	for i, h := range r.Hosts {
-		if h = strings.ToLower(strings.TrimSpace(h)); h == "" || strings.ContainsAny(h, "/@ ") {
-			add(fieldErr(fmt.Sprintf("spec.render.hosts[%d]", i), "%q is not a host[:port], a domain or \"*\"", r.Hosts[i]))
-		} else {
-			r.Hosts[i] = h
-		}
-	}
-	for i, p := range r.Include {
-		if _, err := regexp.Compile(p); err != nil {
-			add(fieldErr(fmt.Sprintf("spec.render.include[%d]", i), "bad regular expression: %v", err))
-		}
-	}
+	normalizeHosts(add, "spec.render.hosts", r.Hosts, `a host[:port], a domain or "*"`)
+	checkPatterns(add, "spec.render.include", r.Include)
 	switch r.Wait {
 	case "":
 		r.Wait = RenderWaitNetworkIdle

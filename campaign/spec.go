@@ -328,13 +328,7 @@ func (s *Spec) normalizeScope(add func(error)) {
 			sc.AllowedDomains[i] = d
 		}
 	}
-	for i, h := range sc.Hosts {
-		if h = strings.ToLower(strings.TrimSpace(h)); h == "" || strings.ContainsAny(h, "/@ ") {
-			add(fieldErr(fmt.Sprintf("spec.scope.hosts[%d]", i), "%q is not a host[:port]", sc.Hosts[i]))
-		} else {
-			sc.Hosts[i] = h
-		}
-	}
+	normalizeHosts(add, "spec.scope.hosts", sc.Hosts, "a host[:port]")
 	for i, r := range sc.Priorities {
 		field := fmt.Sprintf("spec.scope.priorities[%d]", i)
 		if _, err := regexp.Compile(r.Pattern); err != nil || r.Pattern == "" {
@@ -344,14 +338,28 @@ func (s *Spec) normalizeScope(add func(error)) {
 			add(fieldErr(field+".priority", "must be %d..%d, got %d", MinPriority, MaxPriority, r.Priority))
 		}
 	}
-	for _, list := range []struct {
-		name string
-		pats []string
-	}{{"include", sc.Include}, {"exclude", sc.Exclude}} {
-		for i, p := range list.pats {
-			if _, err := regexp.Compile(p); err != nil {
-				add(fieldErr(fmt.Sprintf("spec.scope.%s[%d]", list.name, i), "bad regular expression: %v", err))
-			}
+	checkPatterns(add, "spec.scope.include", sc.Include)
+	checkPatterns(add, "spec.scope.exclude", sc.Exclude)
+}
+
+// normalizeHosts lower-cases and trims each host of a list in place, and
+// reports (as field[i]) one that is not what (a host[:port], ...).
+func normalizeHosts(add func(error), field string, hosts []string, what string) {
+	for i, h := range hosts {
+		if h = strings.ToLower(strings.TrimSpace(h)); h == "" || strings.ContainsAny(h, "/@ ") {
+			add(fieldErr(fmt.Sprintf("%s[%d]", field, i), "%q is not %s", hosts[i], what))
+		} else {
+			hosts[i] = h
+		}
+	}
+}
+
+// checkPatterns reports (as field[i]) each pattern of a list that is not
+// a regular expression.
+func checkPatterns(add func(error), field string, pats []string) {
+	for i, p := range pats {
+		if _, err := regexp.Compile(p); err != nil {
+			add(fieldErr(fmt.Sprintf("%s[%d]", field, i), "bad regular expression: %v", err))
 		}
 	}
 }

@@ -28,7 +28,14 @@ type frontierRow struct {
 
 func frontierByURL(t *testing.T, s *harness.Stack) map[string]frontierRow {
 	t.Helper()
-	rows, err := s.Store.Pool().Query(bg, `SELECT url, state::text, coalesce(last_error, ''), coalesce(last_status, 0), attempts FROM frontier`)
+	return frontierRows(t, s, `SELECT url, state::text, coalesce(last_error, ''), coalesce(last_status, 0), attempts FROM frontier`)
+}
+
+// frontierRows reads query's rows (url, state, last_error, last_status,
+// attempts) by URL.
+func frontierRows(t *testing.T, s *harness.Stack, query string, args ...any) map[string]frontierRow {
+	t.Helper()
+	rows, err := s.Store.Pool().Query(bg, query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,26 +28,9 @@ import (
 // campaignFrontier is frontierByURL for one campaign of the stack.
 func campaignFrontier(t *testing.T, s *harness.Stack, id string) map[string]frontierRow {
 	t.Helper()
-	rows, err := s.Store.Pool().Query(bg, `
+	return frontierRows(t, s, `
 		SELECT f.url, f.state::text, coalesce(f.last_error, ''), coalesce(f.last_status, 0), f.attempts
 		FROM frontier f JOIN campaigns c ON c.key = f.campaign WHERE c.id = $1`, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]frontierRow{}
-	for rows.Next() {
-		var u string
-		var r frontierRow
-		if err := rows.Scan(&u, &r.state, &r.lastError, &r.status, &r.attempts); err != nil {
-			t.Fatal(err)
-		}
-		out[u] = r
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatalf("frontier rows: %v", err)
-	}
-	return out
 }
 
 type viewItem struct {
