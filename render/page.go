@@ -125,7 +125,7 @@ func (b *Browser) render(ctx context.Context, url string, o fetch.Options, doc f
 		return doc
 	}
 	resp := doc
-	resp.Body = []byte("<!DOCTYPE html>\n" + dom)
+	resp.Body = []byte(dom)
 	resp.Rendered = p.rendered()
 	return resp
 }
@@ -194,7 +194,7 @@ func (p *tab) run(tabCtx, rctx context.Context) (string, error) {
 	if err := p.scroll(rctx); err != nil {
 		return "", err
 	}
-	dom, err := chromedp.Run(rctx, chromedp.Evaluate[string]("document.documentElement ? document.documentElement.outerHTML : ''"))
+	dom, err := chromedp.Run(rctx, chromedp.Evaluate[string](serializeDOM))
 	if err != nil {
 		return "", fmt.Errorf("read the DOM: %w", err)
 	}
@@ -207,6 +207,12 @@ func or(d, def time.Duration) time.Duration {
 	}
 	return def
 }
+
+// serializeDOM is the document as its scripts left it, behind the
+// doctype it has: none for a page in quirks mode, whose parse a standard
+// doctype would change.
+const serializeDOM = `(document.doctype ? new XMLSerializer().serializeToString(document.doctype) + "\n" : "") +
+	(document.documentElement ? document.documentElement.outerHTML : "")`
 
 // event handles the tab's events. It runs on the loop that reads the
 // tab's messages, so it sends no command itself.

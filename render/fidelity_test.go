@@ -1,0 +1,46 @@
+package render_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spiderpool/spiderpool/fetch"
+)
+
+// The tests here check that a render returns the page as a browser has
+// it, and asks its host no more than a browser would.
+
+func TestRenderedDocumentKeepsItsDoctype(t *testing.T) {
+	const strict = `<!DOCTYPE html PUBLIC "-//W3C//DTD HTML 4.01//EN" "http://www.w3.org/TR/html4/strict.dtd">`
+	site := serveOn127002(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		switch r.URL.Path {
+		case "/quirks":
+			fmt.Fprint(w, `<html><body><p>quirks</p></body></html>`)
+		case "/strict":
+			fmt.Fprint(w, strict+`<html><body><p>strict</p></body></html>`)
+		}
+	}))
+	b := newTestBrowser(t, fetch.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}})
+	for path, want := range map[string]string{"/quirks": "<html><head></head><body><p>quirks", "/strict": strict + "\n<html><head></head><body><p>strict"} {
+		r := b.Get(context.Background(), site+path, renderOptions(&fetch.Render{Timeout: 20 * time.Second}))
+		if r.Err != nil {
+			t.Fatalf("render %s: %v", path, r.Err)
+		}
+		if !strings.HasPrefix(string(r.Body), want) {
+			t.Errorf("%s rendered as %.150q, want it to begin %q", path, r.Body, want)
+		}
+	}
+}
+
+func renderOptions(r *fetch.Render) fetch.Options {
+	return fetch.Options{
+		UserAgent: "spiderpool-test", ConnectTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second,
+		MaxBodyBytes: 1 << 20, KeepBody: true, Capture: true, Render: r,
+	}
+}
