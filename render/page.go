@@ -141,6 +141,7 @@ type tab struct {
 	slots  chan struct{}
 
 	mu        sync.Mutex
+	fetched   map[string]*fetchOnce // by URL: what the render fetched, or is fetching
 	docServed bool
 	mainFrame cdp.FrameID
 	resources []fetch.Resource
@@ -285,23 +286,13 @@ func (p *tab) answer(rctx context.Context, ev *cdpfetch.EventRequestPaused, slot
 		fail(network.ErrorReasonAborted)
 		return
 	}
-	select {
-	case p.slots <- struct{}{}:
-		defer func() { <-p.slots }()
-	case <-rctx.Done():
-		return
+	r, first, ok := p.get(rctx, u)
+	if !ok {
+		return // the render is over
 	}
-	r := p.b.o.Plain.Get(rctx, u, fetch.Options{
-		UserAgent:      p.o.UserAgent,
-		ConnectTimeout: p.o.ConnectTimeout,
-		RequestTimeout: p.o.RequestTimeout,
-		IdleTimeout:    p.o.IdleTimeout,
-		MaxBodyBytes:   p.o.MaxBodyBytes,
-		Capture:        p.o.Capture,
-		KeepBody:       true,
-		KeepAnyType:    true,
-	})
-	p.record(slot, fetch.Resource{URL: u, Status: r.Status, ContentType: r.ContentType, Wire: r.Wire, Err: r.Err})
+	if first {
+		p.record(slot, fetch.Resource{URL: u, Status: r.Status, ContentType: r.ContentType, Wire: r.Wire, Err: r.Err})
+	}
 	if r.Status == 0 {
 		fail(network.ErrorReasonFailed)
 		return
@@ -311,6 +302,57 @@ func (p *tab) answer(rctx context.Context, ev *cdpfetch.EventRequestPaused, slot
 		body = nil
 	}
 	p.fulfill(rctx, id, r.Status, r.Header, body)
+}
+
+// fetchOnce is one URL's fetch in a render: done closes when r is in.
+type fetchOnce struct {
+	done chan struct{}
+	r    fetch.Response
+}
+
+// get fetches u through the node's fetcher once per render: a page that
+// asks again (a script fetching a URL twice, an image in two places) is
+// answered from the first answer, as a browser's cache would, and the
+// host gets one request. first says this call made the request; ok is
+// false when the render ended first.
+func (p *tab) get(rctx context.Context, u string) (r fetch.Response, first, ok bool) {
+	p.mu.Lock()
+	f, seen := p.fetched[u]
+	if !seen {
+		if p.fetched == nil {
+			p.fetched = map[string]*fetchOnce{}
+		}
+		f = &fetchOnce{done: make(chan struct{})}
+		p.fetched[u] = f
+	}
+	p.mu.Unlock()
+	if seen {
+		select {
+		case <-f.done:
+			return f.r, false, true
+		case <-rctx.Done():
+			return fetch.Response{}, false, false
+		}
+	}
+	defer close(f.done)
+	select {
+	case p.slots <- struct{}{}:
+		defer func() { <-p.slots }()
+	case <-rctx.Done():
+		f.r.Err = context.Cause(rctx)
+		return f.r, true, false
+	}
+	f.r = p.b.o.Plain.Get(rctx, u, fetch.Options{
+		UserAgent:      p.o.UserAgent,
+		ConnectTimeout: p.o.ConnectTimeout,
+		RequestTimeout: p.o.RequestTimeout,
+		IdleTimeout:    p.o.IdleTimeout,
+		MaxBodyBytes:   p.o.MaxBodyBytes,
+		Capture:        p.o.Capture,
+		KeepBody:       true,
+		KeepAnyType:    true,
+	})
+	return f.r, true, true
 }
 
 // reserve takes the next place in Resources, in the order the page asked
