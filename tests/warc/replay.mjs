@@ -4,10 +4,14 @@
 // replayed page shows: its title, each image's natural size, computed
 // styles, and the resources the page loaded with their statuses.
 //
-//   node replay.mjs CHROMIUM EMBED_PAGE_URL ARCHIVED_URL TIMEOUT_MS
+//   node replay.mjs CHROMIUM EMBED_PAGE_URL ARCHIVED_URL TIMEOUT_MS [SELECTOR]
+//
+// With SELECTOR, the replayed page is a script's: it waits until an
+// element matching SELECTOR is there, scrolls to the bottom (lazy images
+// load when scrolled to), and reports that element's text too.
 import puppeteer from "puppeteer-core";
 
-const [chromium, embed, archived, timeoutArg] = process.argv.slice(2);
+const [chromium, embed, archived, timeoutArg, selector] = process.argv.slice(2);
 const timeout = Number(timeoutArg) || 60000;
 
 const browser = await puppeteer.launch({
@@ -29,6 +33,11 @@ try {
       const frames = page.frames().map((f) => f.url());
       throw new Error(`${e.message}; frames ${JSON.stringify(frames)}; console ${JSON.stringify(log)}`);
     });
+  if (selector) {
+    await frame.waitForSelector(selector, { timeout });
+    await frame.evaluate(() => window.scrollTo(0, document.documentElement.scrollHeight));
+    await frame.waitForFunction(() => [...document.images].every((i) => i.getAttribute("src")), { timeout });
+  }
   await frame.waitForFunction(
     () => document.readyState === "complete" && [...document.images].every((i) => i.complete),
     { timeout },
@@ -66,6 +75,7 @@ try {
       resources: performance.getEntriesByType("resource").map((e) => ({ name: e.name, status: e.responseStatus })),
     };
   });
+  if (selector) shown.text = await frame.$eval(selector, (e) => e.textContent);
   shown.console = log;
   process.stdout.write(JSON.stringify(shown) + "\n");
 } finally {

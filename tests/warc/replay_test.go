@@ -20,6 +20,7 @@ import (
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/config"
 	"github.com/spiderpool/spiderpool/tests/harness"
+	"github.com/spiderpool/spiderpool/tests/synthweb"
 )
 
 // pngOf is a real PNG of w×h pixels: a browser decodes it and reports its
@@ -74,6 +75,7 @@ type replayed struct {
 		Width, Height int
 	} `json:"backgrounds"`
 	Console []string `json:"console"`
+	Text    string   `json:"text"` // with a selector: its element's text
 }
 
 // TestWACZReplaysInABrowser, for real: the WACZ of a crawl with requisites,
@@ -82,10 +84,6 @@ type replayed struct {
 // stylesheet applied, and every resource it loaded answered from the
 // archive.
 func TestWACZReplaysInABrowser(t *testing.T) {
-	chromium, err := exec.LookPath("chromium")
-	if err != nil {
-		t.Fatalf("this test replays in Chromium (Debian package chromium): %v", err)
-	}
 	site := replaySite()
 	srv := startWireServer(t, site)
 	s := harness.NewStack(t)
@@ -102,53 +100,8 @@ func TestWACZReplaysInABrowser(t *testing.T) {
 	}
 	srv.srv.Close() // from here on, only the archive can answer
 
-	root := t.TempDir()
-	cli(t, s, "campaign", "export", id, "--format", "wacz", "--warc-dir", warcDir, "-o", filepath.Join(root, "archive.wacz"))
-	installWarcio(t)
-	// ReplayWeb.page's embedding: ui.js beside the page; under the replay
-	// base sw.js (the service worker, wabac.js) and the app (index.html,
-	// ui.js), which the service worker serves itself once it controls the
-	// frame, but which the frame may ask the server for before it does.
-	for dst, src := range map[string]string{"ui.js": "ui.js", "replay/sw.js": "sw.js", "replay/ui.js": "ui.js", "replay/index.html": "index.html"} {
-		src = filepath.Join("node_modules/replaywebpage", src)
-		data, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		os.MkdirAll(filepath.Dir(filepath.Join(root, dst)), 0o755)
-		if err := os.WriteFile(filepath.Join(root, dst), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	target := "http://" + srv.Host + "/"
-	embed := fmt.Sprintf(`<!doctype html><html><head><script src="/ui.js"></script></head><body>
-<replay-web-page source="/archive.wacz" url=%q replaybase="/replay/" embed="replayonly" style="width:800px;height:600px;display:block"></replay-web-page>
-</body></html>`, target)
-	if err := os.WriteFile(filepath.Join(root, "index.html"), []byte(embed), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	player := &http.Server{Handler: http.FileServer(http.Dir(root)), ReadHeaderTimeout: 10 * time.Second}
-	go player.Serve(l) //nolint:errcheck // ends with Close
-	t.Cleanup(func() { player.Close() })
-
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	start := time.Now()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "node", "replay.mjs", chromium, "http://"+l.Addr().String()+"/index.html", target, "90000")
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("replay in Chromium: %v\n%s", err, stderr.String())
-	}
-	var shown replayed
-	if err := json.Unmarshal(stdout.Bytes(), &shown); err != nil {
-		t.Fatalf("replay.mjs said %q: %v", stdout.String(), err)
-	}
-	took := time.Since(start)
+	shown, took := replayWACZ(t, s, id, warcDir, target, "")
 
 	if shown.Title != "archived home" {
 		t.Errorf("replayed title %q (frame %s)", shown.Title, shown.Frame)
@@ -188,4 +141,113 @@ func TestWACZReplaysInABrowser(t *testing.T) {
 	}
 	t.Logf("replayed %s in %v: title %q, h1 %s, images %v, %d resources from the archive %v",
 		shown.Frame, took.Round(time.Millisecond), shown.Title, shown.H1Color, sizes, len(loaded), loaded)
+}
+
+// replayWACZ exports the campaign's archive as WACZ and opens target in
+// ReplayWeb.page in headless Chromium (replay.mjs), with nothing else to
+// answer: what the replayed page shows, and how long it took. selector,
+// when set, names an element a script builds, whose text is reported.
+func replayWACZ(t *testing.T, s *harness.Stack, id, warcDir, target, selector string) (replayed, time.Duration) {
+	t.Helper()
+	chromium, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Fatalf("this test replays in Chromium (Debian package chromium): %v", err)
+	}
+	root := t.TempDir()
+	cli(t, s, "campaign", "export", id, "--format", "wacz", "--warc-dir", warcDir, "-o", filepath.Join(root, "archive.wacz"))
+	installWarcio(t)
+	// ReplayWeb.page's embedding: ui.js beside the page; under the replay
+	// base sw.js (the service worker, wabac.js) and the app (index.html,
+	// ui.js), which the service worker serves itself once it controls the
+	// frame, but which the frame may ask the server for before it does.
+	for dst, src := range map[string]string{"ui.js": "ui.js", "replay/sw.js": "sw.js", "replay/ui.js": "ui.js", "replay/index.html": "index.html"} {
+		src = filepath.Join("node_modules/replaywebpage", src)
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.MkdirAll(filepath.Dir(filepath.Join(root, dst)), 0o755)
+		if err := os.WriteFile(filepath.Join(root, dst), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	embed := fmt.Sprintf(`<!doctype html><html><head><script src="/ui.js"></script></head><body>
+<replay-web-page source="/archive.wacz" url=%q replaybase="/replay/" embed="replayonly" style="width:800px;height:600px;display:block"></replay-web-page>
+</body></html>`, target)
+	if err := os.WriteFile(filepath.Join(root, "index.html"), []byte(embed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	player := &http.Server{Handler: http.FileServer(http.Dir(root)), ReadHeaderTimeout: 10 * time.Second}
+	go player.Serve(l) //nolint:errcheck // ends with Close
+	t.Cleanup(func() { player.Close() })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	var stdout, stderr bytes.Buffer
+	args := []string{"replay.mjs", chromium, "http://" + l.Addr().String() + "/index.html", target, "90000"}
+	if selector != "" {
+		args = append(args, selector)
+	}
+	cmd := exec.CommandContext(ctx, "node", args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("replay in Chromium: %v\n%s", err, stderr.String())
+	}
+	var shown replayed
+	if err := json.Unmarshal(stdout.Bytes(), &shown); err != nil {
+		t.Fatalf("replay.mjs said %q: %v", stdout.String(), err)
+	}
+	return shown, time.Since(start)
+}
+
+// TestRenderedPageReplaysWithWhatItsScriptsLoaded: the app's view is
+// rendered on a browser node that archives; with the site shut down, its
+// WACZ replays the view in ReplayWeb.page: the app's script runs again
+// from the archive, shows the text it loads by fetch(), and the lazy
+// images load when scrolled to.
+func TestRenderedPageReplaysWithWhatItsScriptsLoaded(t *testing.T) {
+	spa := &synthweb.SPA{Views: 1, Images: 2, Items: 20}
+	web := harness.StartWeb(t, synthweb.Config{Hosts: 1, Pages: 1, Custom: map[int]map[string]http.HandlerFunc{0: spa.Site()}})
+	host := web.Hosts()[0]
+	view := "http://" + host + synthweb.SPARoot + "view/1"
+	s := harness.NewStack(t)
+	warcDir := t.TempDir()
+	node := s.StartNodeWith("browser", 1, func(c *config.Config) { c.Node.WARCDir, c.Node.Browser = warcDir, "auto" })
+	id := "render-replay-" + s.Name
+	harness.RunCampaign(t, s, id, campaign.Spec{
+		Seeds:  []string{view},
+		Limits: campaign.Limits{MaxDepth: new(int)}, // the view alone
+		Render: &campaign.Render{Hosts: []string{host}, Scroll: campaign.Scroll{Steps: 10}},
+	}, 2*time.Minute)
+	s.StopNode(node)
+	hits := web.Hits()
+	for _, p := range []string{"/app/view/1", "/app/app.js", "/app/api/view/1.json", "/app/img/1-1.png", "/app/img/1-2.png"} {
+		if hits["http://"+host+p] != 1 {
+			t.Fatalf("the render loaded %s %d times, want once (hits %v)", p, hits["http://"+host+p], hits)
+		}
+	}
+	web.Close() // from here on, only the archive can answer
+
+	shown, took := replayWACZ(t, s, id, warcDir, view, "p.data")
+	if shown.Text != synthweb.ViewText(1) {
+		t.Errorf("replayed text %q, want %q, the fetch()-loaded text", shown.Text, synthweb.ViewText(1))
+	}
+	loaded := 0
+	for _, img := range shown.Images {
+		if img.Width == 100 && img.Height == 100 {
+			loaded++
+		}
+	}
+	if loaded != spa.Images {
+		t.Errorf("%d of %d lazy images replayed at 100×100: %+v", loaded, spa.Images, shown.Images)
+	}
+	if t.Failed() {
+		t.Logf("browser console: %q", shown.Console)
+	}
+	t.Logf("replayed %s in %v: text %q, %d lazy images", shown.Frame, took.Round(time.Millisecond), shown.Text, loaded)
 }
