@@ -71,7 +71,9 @@ func renderSpec(web *synthweb.Web) campaign.Spec {
 		Render: &campaign.Render{
 			Hosts:   []string{host},
 			Include: []string{synthweb.RenderPattern},
-			Timeout: campaign.Duration(20 * time.Second),
+			// The feed scrolls ten pages of items in; a busy machine
+			// (the race detector, other suites) takes its time.
+			Timeout: campaign.Duration(45 * time.Second),
 			Scroll:  campaign.Scroll{Steps: 60, Wait: campaign.Duration(time.Second)},
 		},
 	}
