@@ -232,29 +232,18 @@ func (b *Browser) start() (*instance, error) {
 		err = fmt.Errorf("not ready within %s", startTimeout)
 	}
 	if err != nil {
-		b.stop(in)
+		// Not stop: the caller holds b.mu, and in was never live.
+		in.kill()
 		return nil, fmt.Errorf("start chromium %s: %w", b.o.Path, err)
 	}
 	b.o.Log.Info("chromium started", "path", b.o.Path, "user_data_dir", dir)
 	return in, nil
 }
 
-// stop kills in's Chromium, waits for it, kills its helpers and removes
-// its profile. Killing, not a graceful close: nothing in the profile is
-// worth keeping, and a hung browser would not close.
+// stop kills in's Chromium (see kill) and forgets it.
 func (b *Browser) stop(in *instance) error {
 	in.stopOnce.Do(func() {
-		in.cancel() // kills the process (it runs under this context) and waits for it
-		in.allocCancel()
-		deadline := time.Now().Add(5 * time.Second)
-		for quiet := 0; quiet < 3 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			if killLeftovers(in.dir) == 0 {
-				quiet++
-			} else {
-				quiet = 0
-			}
-		}
-		in.stopErr = os.RemoveAll(in.dir)
+		in.stopErr = in.kill()
 		b.mu.Lock()
 		delete(b.live, in)
 		b.retireLocked(in)
@@ -263,4 +252,21 @@ func (b *Browser) stop(in *instance) error {
 		b.o.Log.Info("chromium stopped", "user_data_dir", in.dir, "pages", pages)
 	})
 	return in.stopErr
+}
+
+// kill kills in's Chromium, waits for it, kills its helpers and removes
+// its profile. Killing, not a graceful close: nothing in the profile is
+// worth keeping, and a hung browser would not close. It takes no lock.
+func (in *instance) kill() error {
+	in.cancel() // kills the process (it runs under this context) and waits for it
+	in.allocCancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for quiet := 0; quiet < 3 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if killLeftovers(in.dir) == 0 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+	}
+	return os.RemoveAll(in.dir)
 }
