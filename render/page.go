@@ -66,10 +66,6 @@ func (b *Browser) Get(ctx context.Context, url string, o fetch.Options) fetch.Re
 
 // render renders doc, fetched from url, in a tab of its own.
 func (b *Browser) render(ctx context.Context, url string, o fetch.Options, doc fetch.Response) fetch.Response {
-	failed := func(err error) fetch.Response {
-		doc.Err = fmt.Errorf("%w: %w", fetch.ErrRender, err)
-		return doc
-	}
 	select {
 	case b.tabs <- struct{}{}:
 		defer func() { <-b.tabs }()
@@ -79,7 +75,11 @@ func (b *Browser) render(ctx context.Context, url string, o fetch.Options, doc f
 	}
 	in, err := b.openTab()
 	if err != nil {
-		return failed(err)
+		// Not ErrRender: the node has no browser (it would not start, or
+		// is shutting down); the page is not at fault and may render
+		// later, or on another node.
+		doc.Err = fmt.Errorf("render: %w", err)
+		return doc
 	}
 	timeout := o.Render.Timeout
 	if timeout <= 0 {
@@ -111,6 +111,8 @@ func (b *Browser) render(ctx context.Context, url string, o fetch.Options, doc f
 		case errors.Is(cause, errCrashed):
 			crashed = true
 			return fmt.Errorf("%w: %w", fetch.ErrRender, errCrashed)
+		case in.ctx.Err() != nil && b.isClosed():
+			return fmt.Errorf("render: the browser was closed (the node is stopping): %w", err) // not ErrRender
 		case in.ctx.Err() != nil:
 			return fmt.Errorf("%w: the browser died: %w", fetch.ErrRender, err)
 		case ctx.Err() != nil:
@@ -128,6 +130,13 @@ func (b *Browser) render(ctx context.Context, url string, o fetch.Options, doc f
 	resp.Body = []byte(dom)
 	resp.Rendered = p.rendered()
 	return resp
+}
+
+// isClosed says whether Close was called.
+func (b *Browser) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
 }
 
 // tab is one render under way.
