@@ -107,9 +107,15 @@ func TestWebRTCReachesNoAddress(t *testing.T) {
 // forbidden listeners) and returns its base URL.
 func serveOn127002(t *testing.T, h http.Handler) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.2:0")
+	return serveOn(t, "127.0.0.2", h)
+}
+
+// serveOn serves h on the loopback address ip and returns its base URL.
+func serveOn(t *testing.T, ip string, h http.Handler) string {
+	t.Helper()
+	l, err := net.Listen("tcp", ip+":0")
 	if err != nil {
-		t.Fatalf("listen on 127.0.0.2: %v", err)
+		t.Fatalf("listen on %s: %v", ip, err)
 	}
 	s := httptest.NewUnstartedServer(h)
 	s.Listener = l
@@ -157,5 +163,41 @@ func TestRendersShareNoState(t *testing.T) {
 	}
 	if want := `<p id="out">storage=null cookies=</p>`; !strings.Contains(string(r.Body), want) {
 		t.Errorf("the second render saw the first's state; want %s in\n%s", want, r.Body)
+	}
+}
+
+func TestACrossSiteFramesRequestsGoThroughTheFetcher(t *testing.T) {
+	var fromFrame atomic.Int64
+	frameSite := serveOn(t, "127.0.0.3", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/frame":
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, `<html><body><script>fetch("/from-frame")</script></body></html>`)
+		case "/from-frame":
+			fromFrame.Add(1)
+		}
+	}))
+	site := serveOn127002(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<html><body><iframe src="%s/frame"></iframe></body></html>`, frameSite)
+	}))
+	b := newTestBrowser(t, fetch.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32"), netip.MustParsePrefix("127.0.0.3/32")}})
+	r := b.Get(context.Background(), site+"/", fetch.Options{
+		UserAgent: "spiderpool-test", ConnectTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second,
+		MaxBodyBytes: 1 << 20, KeepBody: true,
+		Render: &fetch.Render{NetworkIdle: true, IdleCap: 10 * time.Second, Timeout: 20 * time.Second},
+	})
+	if r.Err != nil {
+		t.Fatalf("render: %v", r.Err)
+	}
+	var urls []string
+	for _, res := range r.Rendered.Resources {
+		urls = append(urls, res.URL)
+	}
+	if got, want := strings.Join(urls, " "), frameSite+"/frame "+frameSite+"/from-frame"; got != want {
+		t.Errorf("resources: %s, want %s", got, want)
+	}
+	if n := fromFrame.Load(); n != 1 {
+		t.Errorf("the frame's request reached its host %d times, want once", n)
 	}
 }

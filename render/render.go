@@ -218,6 +218,14 @@ func (b *Browser) start() (*instance, error) {
 		// WebRTC's UDP bypasses the resolver (see the package doc).
 		chromedp.Flag("webrtc-ip-handling-policy", "disable_non_proxied_udp"),
 		chromedp.Flag("js-flags", "--max-old-space-size=512"),
+		// A cross-site frame is a process and a target of its own under
+		// site isolation, whose requests the tab's interception does not
+		// see: they met the resolver wall and the frame rendered without
+		// them. Frames stay in their page's process. Isolation guards a
+		// user's data in one site from another's scripts; a render has
+		// none (a fresh profile, public pages fetched without cookies).
+		chromedp.Flag("disable-site-isolation-trials", true),
+		chromedp.Flag("disable-features", "Translate,BlinkGenPropertyTrees,IsolateOrigins,site-per-process"),
 		chromedp.WindowSize(1280, 900),
 		chromedp.ModifyCmdFunc(dieWithUs),
 	)
