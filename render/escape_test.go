@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,8 +14,9 @@ import (
 	"github.com/spiderpool/spiderpool/render"
 )
 
-// The tests here check what a page can reach besides its requests: the
-// connections a browser opens on its own. They use only the package's API.
+// The tests here check what a page reaches beyond the requests the
+// node's fetcher makes for it: the connections a browser opens on its
+// own, the state of the renders before it. TestOneBrowser runs them.
 
 // webrtcPage gathers ICE candidates from a STUN server at udpAddr and a
 // TURN server over TCP at tcpAddr, keeping the render's network busy
@@ -42,7 +41,7 @@ tick();
 pc.createOffer().then(o => pc.setLocalDescription(o));
 </script></body></html>`
 
-func TestWebRTCReachesNoAddress(t *testing.T) {
+func webRTCReachesNoAddress(t *testing.T, b *render.Browser) {
 	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -86,12 +85,7 @@ func TestWebRTCReachesNoAddress(t *testing.T) {
 			done.Add(1)
 		}
 	}))
-	b := newTestBrowser(t, fetch.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}})
-	r := b.Get(context.Background(), site+"/", fetch.Options{
-		UserAgent: "spiderpool-test", ConnectTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second,
-		MaxBodyBytes: 1 << 20, KeepBody: true,
-		Render: &fetch.Render{NetworkIdle: true, IdleCap: 10 * time.Second, Timeout: 20 * time.Second},
-	})
+	r := b.Get(context.Background(), site+"/", renderOptions(&fetch.Render{NetworkIdle: true, IdleCap: 10 * time.Second, Timeout: 20 * time.Second}))
 	if r.Err != nil {
 		t.Fatalf("render: %v", r.Err)
 	}
@@ -103,42 +97,7 @@ func TestWebRTCReachesNoAddress(t *testing.T) {
 	}
 }
 
-// serveOn127002 serves h on 127.0.0.2 (not the 127.0.0.1 of the
-// forbidden listeners) and returns its base URL.
-func serveOn127002(t *testing.T, h http.Handler) string {
-	t.Helper()
-	return serveOn(t, "127.0.0.2", h)
-}
-
-// serveOn serves h on the loopback address ip and returns its base URL.
-func serveOn(t *testing.T, ip string, h http.Handler) string {
-	t.Helper()
-	l, err := net.Listen("tcp", ip+":0")
-	if err != nil {
-		t.Fatalf("listen on %s: %v", ip, err)
-	}
-	s := httptest.NewUnstartedServer(h)
-	s.Listener = l
-	s.Start()
-	t.Cleanup(s.Close)
-	return s.URL
-}
-
-func newTestBrowser(t *testing.T, guard fetch.Guard) *render.Browser {
-	t.Helper()
-	path, err := render.Find()
-	if err != nil {
-		t.Fatalf("these tests need Chromium: %v", err)
-	}
-	b, err := render.New(render.Options{Path: path, Plain: fetch.New(2, guard)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return b
-}
-
-func TestRendersShareNoState(t *testing.T) {
+func rendersShareNoState(t *testing.T, b *render.Browser) {
 	site := serveOn127002(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
 		switch r.URL.Path {
@@ -149,11 +108,7 @@ func TestRendersShareNoState(t *testing.T) {
 			fmt.Fprint(w, `<html><body><p id="out"></p><script>out.textContent = "storage=" + localStorage.getItem("k") + " cookies=" + document.cookie;</script></body></html>`)
 		}
 	}))
-	b := newTestBrowser(t, fetch.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}})
-	o := fetch.Options{
-		UserAgent: "spiderpool-test", ConnectTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second,
-		MaxBodyBytes: 1 << 20, KeepBody: true, Render: &fetch.Render{Timeout: 20 * time.Second},
-	}
+	o := renderOptions(&fetch.Render{Timeout: 20 * time.Second})
 	if r := b.Get(context.Background(), site+"/set", o); r.Err != nil {
 		t.Fatalf("render /set: %v", r.Err)
 	}
@@ -166,7 +121,7 @@ func TestRendersShareNoState(t *testing.T) {
 	}
 }
 
-func TestACrossSiteFramesRequestsGoThroughTheFetcher(t *testing.T) {
+func crossSiteFramesRequestsGoThroughTheFetcher(t *testing.T, b *render.Browser) {
 	var fromFrame atomic.Int64
 	frameSite := serveOn(t, "127.0.0.3", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -181,12 +136,7 @@ func TestACrossSiteFramesRequestsGoThroughTheFetcher(t *testing.T) {
 		w.Header().Set("Content-Type", "text/html")
 		fmt.Fprintf(w, `<html><body><iframe src="%s/frame"></iframe></body></html>`, frameSite)
 	}))
-	b := newTestBrowser(t, fetch.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32"), netip.MustParsePrefix("127.0.0.3/32")}})
-	r := b.Get(context.Background(), site+"/", fetch.Options{
-		UserAgent: "spiderpool-test", ConnectTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second,
-		MaxBodyBytes: 1 << 20, KeepBody: true,
-		Render: &fetch.Render{NetworkIdle: true, IdleCap: 10 * time.Second, Timeout: 20 * time.Second},
-	})
+	r := b.Get(context.Background(), site+"/", renderOptions(&fetch.Render{NetworkIdle: true, IdleCap: 10 * time.Second, Timeout: 20 * time.Second}))
 	if r.Err != nil {
 		t.Fatalf("render: %v", r.Err)
 	}

@@ -4,19 +4,20 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/spiderpool/spiderpool/fetch"
+	"github.com/spiderpool/spiderpool/render"
 )
 
 // The tests here check that a render returns the page as a browser has
-// it, and asks its host no more than a browser would.
+// it, and asks its host no more than a browser would. TestOneBrowser
+// runs them.
 
-func TestRenderedDocumentKeepsItsDoctype(t *testing.T) {
+func renderedDocumentKeepsItsDoctype(t *testing.T, b *render.Browser) {
 	const strict = `<!DOCTYPE html PUBLIC "-//W3C//DTD HTML 4.01//EN" "http://www.w3.org/TR/html4/strict.dtd">`
 	site := serveOn127002(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
@@ -27,7 +28,6 @@ func TestRenderedDocumentKeepsItsDoctype(t *testing.T) {
 			fmt.Fprint(w, strict+`<html><body><p>strict</p></body></html>`)
 		}
 	}))
-	b := newTestBrowser(t, fetch.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}})
 	for path, want := range map[string]string{"/quirks": "<html><head></head><body><p>quirks", "/strict": strict + "\n<html><head></head><body><p>strict"} {
 		r := b.Get(context.Background(), site+path, renderOptions(&fetch.Render{Timeout: 20 * time.Second}))
 		if r.Err != nil {
@@ -39,7 +39,7 @@ func TestRenderedDocumentKeepsItsDoctype(t *testing.T) {
 	}
 }
 
-func TestAURLAskedForTwiceIsFetchedOnce(t *testing.T) {
+func aURLAskedForTwiceIsFetchedOnce(t *testing.T, b *render.Browser) {
 	var mu sync.Mutex
 	hits := map[string]int{}
 	site := serveOn127002(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -60,7 +60,6 @@ fetch("/api/a").then(r => r.text())
 			fmt.Fprint(w, strings.TrimPrefix(r.URL.Path, "/api/"))
 		}
 	}))
-	b := newTestBrowser(t, fetch.Guard{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}})
 	r := b.Get(context.Background(), site+"/", renderOptions(&fetch.Render{NetworkIdle: true, IdleCap: 10 * time.Second, Timeout: 20 * time.Second}))
 	if r.Err != nil {
 		t.Fatalf("render: %v", r.Err)
@@ -79,12 +78,5 @@ fetch("/api/a").then(r => r.text())
 	}
 	if strings.Join(urls, " ") != "/api/a /api/b" {
 		t.Errorf("resources %v, want each URL once, in order", urls)
-	}
-}
-
-func renderOptions(r *fetch.Render) fetch.Options {
-	return fetch.Options{
-		UserAgent: "spiderpool-test", ConnectTimeout: 2 * time.Second, RequestTimeout: 5 * time.Second,
-		MaxBodyBytes: 1 << 20, KeepBody: true, Capture: true, Render: r,
 	}
 }
