@@ -120,32 +120,39 @@ func (s *Store) LeaseHosts(ctx context.Context, p HostLeaseParams) (campaign.Hos
 		if lease.Size() > 0 || lease.Routed.URLs > 0 {
 			return nil
 		}
-		left, err := whatIsLeft(ctx, tx, p.CampaignKey)
-		if err != nil {
-			return err
-		}
-		lease.Pending, lease.LeasedElsewhere = left.pending, left.leased
-		lease.NextDue = campaign.Duration(left.nextDue)
-		if len(cands) > plan.renderWaiting {
-			lease.NextDue = 0 // due now, but held back: by a quota, or a node's full window
-		}
-		if plan.eta > 0 && (lease.NextDue == 0 || plan.eta < lease.NextDue.D()) {
-			lease.NextDue = campaign.Duration(plan.eta)
-		}
-		if len(cands) > 0 && len(cands) == plan.renderWaiting && lease.NextDue == 0 {
-			// Only hosts that wait for a browser node are due: a node that
-			// joins changes the ring, and the run leases at once then.
-			lease.NextDue = campaign.Duration(browserRecheck)
-		}
-		// Spent only once no URL it admitted waits (in retry backoff, or
-		// handed back): those are still the campaign's to fetch.
-		lease.BudgetExhausted = c.budget == 0 && !left.readmitted
-		return nil
+		return dryLease(ctx, tx, p.CampaignKey, c.budget, len(cands), plan, &lease)
 	})
 	if err != nil {
 		return campaign.HostLease{}, fmt.Errorf("lease hosts for campaign %d: %w", p.CampaignKey, err)
 	}
 	return lease, nil
+}
+
+// dryLease completes a lease that leased nothing: what is left of the
+// campaign, and when a lease is next worth making. due is how many hosts
+// the walk found due.
+func dryLease(ctx context.Context, tx pgx.Tx, key, budget int64, due int, plan leasePlan, lease *campaign.HostLease) error {
+	left, err := whatIsLeft(ctx, tx, key)
+	if err != nil {
+		return err
+	}
+	lease.Pending, lease.LeasedElsewhere = left.pending, left.leased
+	lease.NextDue = campaign.Duration(left.nextDue)
+	if due > plan.renderWaiting {
+		lease.NextDue = 0 // due now, but held back: by a quota, or a node's full window
+	}
+	if plan.eta > 0 && (lease.NextDue == 0 || plan.eta < lease.NextDue.D()) {
+		lease.NextDue = campaign.Duration(plan.eta)
+	}
+	if due > 0 && due == plan.renderWaiting && lease.NextDue == 0 {
+		// Only hosts that wait for a browser node are due: a node that
+		// joins changes the ring, and the run leases at once then.
+		lease.NextDue = campaign.Duration(browserRecheck)
+	}
+	// Spent only once no URL it admitted waits (in retry backoff, or
+	// handed back): those are still the campaign's to fetch.
+	lease.BudgetExhausted = budget == 0 && !left.readmitted
+	return nil
 }
 
 // leaseState is what a lease reads from, and writes back to, its
