@@ -32,6 +32,9 @@ type SPA struct {
 	Images    int    // lazy images per view
 	Items     int    // feed items, in pages of FeedPage
 	Forbidden string // the URL Probe's script requests
+	// NoTraps leaves Spin and Probe out of the home's links and of Pages:
+	// a throughput bench would otherwise time a script that never ends.
+	NoTraps bool
 }
 
 // FeedPage is how many items one feed request returns.
@@ -59,9 +62,12 @@ func (s *SPA) Site() map[string]http.HandlerFunc {
 }
 
 // Pages are the app's pages (paths): what a render crawl from SPARoot
-// reaches, Spin included (it fails).
+// reaches, Spin included (it fails), unless NoTraps.
 func (s *SPA) Pages() []string {
-	out := []string{SPARoot, SPAFeed, SPASpin, SPAProbe}
+	out := []string{SPARoot, SPAFeed}
+	if !s.NoTraps {
+		out = append(out, SPASpin, SPAProbe)
+	}
 	for v := 1; v <= s.Views; v++ {
 		out = append(out, s.view(v), s.doc(v))
 	}
@@ -133,7 +139,7 @@ func (s *SPA) serve(w http.ResponseWriter, r *http.Request) {
 			`<body><div id="root">Loading…</div><script src="`+s.script()+`"></script></body></html>`)
 	case rest == "app.js":
 		w.Header().Set("Content-Type", "text/javascript")
-		_, _ = fmt.Fprintf(w, appJS, s.Views, s.Images, strconv.Quote(s.Forbidden))
+		_, _ = fmt.Fprintf(w, appJS, s.Views, s.Images, strconv.Quote(s.Forbidden), !s.NoTraps)
 	case strings.HasPrefix(rest, "api/view/"):
 		v, ok := number(strings.TrimSuffix(rest, ".json"), "api/view/")
 		if !ok || v < 1 || v > s.Views {
@@ -174,9 +180,10 @@ func writeJSON(w http.ResponseWriter, v any) {
 }
 
 // appJS is the app: a router over location.pathname. Arguments: views,
-// images per view, the forbidden URL (quoted).
+// images per view, the forbidden URL (quoted), whether the home links to
+// the traps (spin, probe).
 const appJS = `(function () {
-  var VIEWS = %d, IMAGES = %d, FORBIDDEN = %s;
+  var VIEWS = %d, IMAGES = %d, FORBIDDEN = %s, TRAPS = %t;
   var root = document.getElementById('root');
   var path = location.pathname, m;
   root.textContent = '';
@@ -192,8 +199,10 @@ const appJS = `(function () {
     var nav = add(document.createElement('nav'));
     for (var i = 1; i <= VIEWS; i++) nav.appendChild(link('/app/view/' + i, 'view ' + i));
     nav.appendChild(link('/app/feed', 'feed'));
-    nav.appendChild(link('/app/spin', 'spin'));
-    nav.appendChild(link('/app/probe', 'probe'));
+    if (TRAPS) {
+      nav.appendChild(link('/app/spin', 'spin'));
+      nav.appendChild(link('/app/probe', 'probe'));
+    }
   } else if ((m = path.match(/^\/app\/view\/(\d+)$/))) {
     fetch('/app/api/view/' + m[1] + '.json').then(function (r) { return r.json(); }).then(function (d) {
       text(d.text, 'data');
