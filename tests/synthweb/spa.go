@@ -35,6 +35,11 @@ type SPA struct {
 	// NoTraps leaves Spin and Probe out of the home's links and of Pages:
 	// a throughput bench would otherwise time a script that never ends.
 	NoTraps bool
+	// Articles, when > 0, adds server-rendered articles: plain HTML with
+	// their text and links written by the server, and a script that only
+	// enhances them (SPAEnhance). The docs link to the first, each to the
+	// next. For spec.render.auto: no article is a script shell.
+	Articles int
 }
 
 // FeedPage is how many items one feed request returns.
@@ -50,6 +55,9 @@ const (
 	SPASpin  = SPARoot + "spin"
 	SPAProbe = SPARoot + "probe"
 	SPAFeed  = SPARoot + "feed"
+	// SPAEnhance is the articles' script: requested only by a browser
+	// that renders an article.
+	SPAEnhance = SPARoot + "enhance.js"
 )
 
 // RenderPattern matches the app's script-built routes (for
@@ -73,6 +81,9 @@ func (s *SPA) Pages() []string {
 	}
 	for i := 1; i <= s.Items; i++ {
 		out = append(out, s.item(i))
+	}
+	for a := 1; a <= s.Articles; a++ {
+		out = append(out, s.article(a))
 	}
 	return out
 }
@@ -163,7 +174,13 @@ func (s *SPA) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "image/svg+xml")
 		_, _ = w.Write([]byte(`<svg xmlns="http://www.w3.org/2000/svg" width="100" height="100"><rect width="100" height="100"/></svg>`))
 	case s.isPlain(rest):
-		writeHTML(w, `<!doctype html><html><head><title>`+rest+`</title></head><body><h1>`+rest+`</h1><a href="`+SPARoot+`">home</a></body></html>`)
+		writeHTML(w, `<!doctype html><html><head><title>`+rest+`</title></head><body><h1>`+rest+`</h1><a href="`+SPARoot+`">home</a>`+
+			s.toArticles(rest)+`</body></html>`)
+	case s.isArticle(rest):
+		s.serveArticle(w, rest)
+	case rest == "enhance.js":
+		w.Header().Set("Content-Type", "text/javascript")
+		_, _ = w.Write([]byte(`document.documentElement.className += " enhanced";`))
 	default:
 		http.NotFound(w, r)
 	}
