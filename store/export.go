@@ -31,6 +31,12 @@ type PageRecord struct {
 	NoArchive   bool       `json:"noarchive,omitempty"`
 	Canonical   string     `json:"canonical,omitempty"`
 	Charset     string     `json:"charset,omitempty"`
+	// Rendered: a browser rendered the page. Length and Digest are then
+	// the document's as served (the archive's); RenderedLength and
+	// RenderedDigest the DOM's, which Title and Links were read from.
+	Rendered       bool   `json:"rendered,omitempty"`
+	RenderedLength int64  `json:"rendered_length,omitempty"`
+	RenderedDigest string `json:"rendered_digest,omitempty"`
 	// A page of a recurring campaign (spec.recrawl) also carries what the
 	// runs of its series saw of it: status 304 is "not modified".
 	FirstSeen   *time.Time `json:"first_seen,omitempty"`
@@ -51,6 +57,7 @@ func (s *Store) ExportPages(ctx context.Context, campaignKey int64, all bool, fn
 		       p.fetched_at, coalesce(p.duration_ms, 0), coalesce(p.node, f.node, ''),
 		       coalesce(p.noindex, false), coalesce(p.nofollow, false), coalesce(p.noarchive, false),
 		       coalesce(p.canonical, ''), coalesce(p.charset, ''),
+		       coalesce(p.rendered, false), coalesce(p.rendered_length, 0), coalesce(p.rendered_digest, ''),
 		       h.first_seen, h.last_changed, h.last_fetched, h.changes, coalesce(h.gone_at IS NOT NULL, false)
 		FROM frontier f LEFT JOIN pages p ON p.url_id = f.id
 		LEFT JOIN url_history h ON h.series = (SELECT spec->'recrawl'->>'series' FROM campaigns WHERE key = $1)
@@ -68,6 +75,7 @@ func (s *Store) ExportPages(ctx context.Context, campaignKey int64, all bool, fn
 			&r.Status, &r.ContentType, &r.Length, &r.Digest, &r.Title, &r.RedirectTo, &r.Links,
 			&r.FetchedAt, &r.DurationMs, &r.Node,
 			&r.NoIndex, &r.NoFollow, &r.NoArchive, &r.Canonical, &r.Charset,
+			&r.Rendered, &r.RenderedLength, &r.RenderedDigest,
 			&r.FirstSeen, &r.LastChanged, &r.LastFetched, &r.Changes, &r.Gone); err != nil {
 			return n, fmt.Errorf("export pages of campaign %d: %w", campaignKey, err)
 		}

@@ -598,6 +598,15 @@ type Page struct {
 	Canonical string
 	// Charset is the encoding an HTML page was read in.
 	Charset string
+	// Rendered, on a page a browser rendered, is its DOM; ContentLength
+	// and Digest are then the document's as served (the archive's).
+	Rendered *RenderedDOM
+}
+
+// RenderedDOM is what a page record keeps of a rendered page's DOM.
+type RenderedDOM struct {
+	Length int64
+	Digest string // sha256:<hex>
 }
 
 // CommitResult says what a commit kept.
@@ -685,7 +694,7 @@ func (s *Store) recordOutcomes(ctx context.Context, campaignKey int64, holder, n
 }
 
 // pageRows are the page records of a commit's fetched outcomes, as the
-// columns of outcomesSQL ($9-$25).
+// columns of outcomesSQL ($9-$28).
 type pageRows struct {
 	ids, length, dur                  []int64
 	status, links                     []int32
@@ -694,6 +703,9 @@ type pageRows struct {
 	at                                []time.Time
 	noIndex, noFollow, noArchive      []bool
 	canonical, charset, fetchedByNode []string
+	rendered                          []bool
+	renderedLength                    []*int64
+	renderedDigest                    []*string
 }
 
 // add keeps the record of page id, fetched by node.
@@ -715,16 +727,24 @@ func (r *pageRows) add(id int64, p *Page, node string) {
 	r.canonical = append(r.canonical, p.Canonical)
 	r.charset = append(r.charset, p.Charset)
 	r.fetchedByNode = append(r.fetchedByNode, node)
+	dom := p.Rendered
+	r.rendered = append(r.rendered, dom != nil)
+	if dom == nil {
+		r.renderedLength, r.renderedDigest = append(r.renderedLength, nil), append(r.renderedDigest, nil)
+	} else {
+		r.renderedLength, r.renderedDigest = append(r.renderedLength, &dom.Length), append(r.renderedDigest, &dom.Digest)
+	}
 }
 
-// args are the columns, $9 to $25 of outcomesSQL.
+// args are the columns, $9 to $28 of outcomesSQL.
 func (r *pageRows) args() []any {
 	return []any{r.fetchedByNode, r.ids, r.status, r.ctype, r.length, r.truncated, r.digest, r.title, r.redirectTo,
-		r.links, r.at, r.dur, r.noIndex, r.noFollow, r.noArchive, r.canonical, r.charset}
+		r.links, r.at, r.dur, r.noIndex, r.noFollow, r.noArchive, r.canonical, r.charset,
+		r.rendered, r.renderedLength, r.renderedDigest}
 }
 
 // outcomesSQL records a commit's outcomes ($2-$8, each for the row if
-// the holder beside it in $8 holds it) and page records ($9-$25, $9 the
+// the holder beside it in $8 holds it) and page records ($9-$28, $9 the
 // node that fetched each) in CTEs, u being the frontier rows recorded; a
 // statement adds its own SELECT from u.
 const outcomesSQL = `
@@ -744,15 +764,18 @@ const outcomesSQL = `
 			), p AS (
 				INSERT INTO pages (url_id, campaign, status, content_type, content_length, truncated, content_digest,
 				                   title, redirect_to, links, fetched_at, duration_ms, node,
-				                   noindex, nofollow, noarchive, canonical, charset)
+				                   noindex, nofollow, noarchive, canonical, charset,
+				                   rendered, rendered_length, rendered_digest)
 				SELECT pg.id, $1, pg.status, nullif(pg.ctype, ''), pg.len, pg.trunc, nullif(pg.digest, ''),
 				       nullif(pg.title, ''), nullif(pg.redir, ''), pg.links, pg.at, pg.dur, pg.node,
-				       pg.noindex, pg.nofollow, pg.noarchive, nullif(pg.canonical, ''), nullif(pg.charset, '')
+				       pg.noindex, pg.nofollow, pg.noarchive, nullif(pg.canonical, ''), nullif(pg.charset, ''),
+				       pg.rendered, pg.rlen, pg.rdigest
 				FROM unnest($10::bigint[], $11::int[], $12::text[], $13::bigint[], $14::bool[], $15::text[],
 				            $16::text[], $17::text[], $18::int[], $19::timestamptz[], $20::bigint[],
-				            $21::bool[], $22::bool[], $23::bool[], $24::text[], $25::text[], $9::text[])
+				            $21::bool[], $22::bool[], $23::bool[], $24::text[], $25::text[], $9::text[],
+				            $26::bool[], $27::bigint[], $28::text[])
 				     AS pg(id, status, ctype, len, trunc, digest, title, redir, links, at, dur,
-				           noindex, nofollow, noarchive, canonical, charset, node)
+				           noindex, nofollow, noarchive, canonical, charset, node, rendered, rlen, rdigest)
 				JOIN u ON u.id = pg.id
 				ON CONFLICT (url_id) DO NOTHING
 			)`

@@ -27,6 +27,9 @@ digest, title, fetch time and duration, node) as JSON Lines, in discovery
 order. --all adds every other URL of the frontier with its state and last
 error: failed, excluded and still pending ones. It streams, so any size of
 campaign exports in flat memory. Page bodies are in the nodes' WARC files.
+A page a browser rendered has "rendered": true, with its DOM's
+"rendered_length" and "rendered_digest"; its length and digest are those
+of the document as served, which the WARC holds.
 
 --items writes instead the items the campaign's processors returned, one
 {"processor", "url", "item"} object a line, by processor and page;
