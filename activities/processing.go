@@ -148,7 +148,7 @@ func processRequest(campaignID, processor string, pages []store.LeasedPage, body
 		page := campaign.ProcessPage{
 			Key: store.PageKey(campaignID, lp.ID), URL: lp.URL, FinalURL: lp.FinalURL, Depth: lp.Depth,
 			Status: lp.Status, ContentType: lp.ContentType, FetchedAt: lp.FetchedAt,
-			Body: lp.Body, BodyLength: lp.Length,
+			Body: lp.Body, BodyLength: lp.Length, Rendered: lp.Rendered,
 		}
 		if lp.Header != nil {
 			if err := json.Unmarshal(lp.Header, &page.Headers); err != nil {

@@ -74,6 +74,14 @@ type Processor struct {
 	// carries nothing. Empty means "skip", and stays empty in the
 	// normalised spec (see Bodies).
 	Unchanged string `json:"unchanged,omitempty"`
+	// Document is which body the processor gets of a page a browser
+	// rendered (Spec.Render): "rendered" (the default), the DOM as the
+	// page's scripts left it; "original", the document as the server
+	// sent it (of a script-built app, its empty shell). A page that was
+	// not rendered has one body, which the processor gets either way.
+	// Empty means "rendered", and stays empty in the normalised spec (see
+	// Bodies).
+	Document string `json:"document,omitempty"`
 	// InlineBodyLimit is the largest body sent inside the request; a
 	// larger one is sent by reference (Page.BodyRef). Default 256 KiB,
 	// at most 512 KiB, the most a batch carries inline.
@@ -129,6 +137,12 @@ const (
 	BodiesReference = "reference"
 	BatchInline     = "inline"
 	BatchReference  = "reference"
+)
+
+// Which body a processor gets of a rendered page (Processor.Document).
+const (
+	DocumentRendered = "rendered"
+	DocumentOriginal = "original"
 )
 
 // What a processor makes of an unchanged page (Processor.Unchanged).
@@ -192,7 +206,7 @@ func (p *Processor) normalizeFilter(field func(string) string, add func(error)) 
 
 // normalizeDelivery checks how pages travel to the processor: its batches,
 // its window and backlog, how bodies, batches and unchanged pages are sent.
-// Bodies, Batch and Unchanged stay empty when empty (see Bodies).
+// Bodies, Batch, Unchanged and Document stay empty when empty (see Bodies).
 func (p *Processor) normalizeDelivery(field func(string) string, add func(error)) {
 	defaultIntIn(add, field("batch_size"), &p.BatchSize, DefaultProcessorBatch, 1, 1000)
 	defaultIntIn(add, field("window"), &p.Window, DefaultProcessorWindow, 1, 64)
@@ -211,6 +225,11 @@ func (p *Processor) normalizeDelivery(field func(string) string, add func(error)
 	case "", UnchangedSkip, UnchangedLastVersion:
 	default:
 		add(fieldErr(field("unchanged"), "want %q or %q, got %q", UnchangedSkip, UnchangedLastVersion, p.Unchanged))
+	}
+	switch p.Document {
+	case "", DocumentRendered, DocumentOriginal:
+	default:
+		add(fieldErr(field("document"), "want %q or %q, got %q", DocumentRendered, DocumentOriginal, p.Document))
 	}
 	if p.InlineBodyLimit == 0 {
 		p.InlineBodyLimit = DefaultInlineBodyLimit
@@ -273,6 +292,9 @@ type PageFilter struct {
 	// lastVersion: unchanged pages keep the items of their last version
 	// (Processor.Unchanged).
 	lastVersion bool
+	// original: of a rendered page, the processor gets the document as
+	// served (Processor.Document).
+	original bool
 }
 
 // CompileFilters builds the page filters of a normalised spec's
@@ -280,7 +302,8 @@ type PageFilter struct {
 func (s Spec) CompileFilters() ([]PageFilter, error) {
 	var out []PageFilter
 	for _, p := range s.Processors {
-		f := PageFilter{Name: p.Name, types: p.ContentTypes, lastVersion: p.Unchanged == UnchangedLastVersion}
+		f := PageFilter{Name: p.Name, types: p.ContentTypes, lastVersion: p.Unchanged == UnchangedLastVersion,
+			original: p.Document == DocumentOriginal}
 		for _, st := range p.Statuses {
 			lo, hi, ok := statusRange(st)
 			if !ok {
@@ -324,6 +347,10 @@ func (f *PageFilter) Wants(url string, status int, contentType string) bool {
 func (f *PageFilter) KeepsLastVersion(url string) bool {
 	return f.lastVersion && f.wantsURL(url)
 }
+
+// WantsOriginal says whether the processor gets, of a page a browser
+// rendered, the document as served rather than the rendered DOM.
+func (f *PageFilter) WantsOriginal() bool { return f.original }
 
 func (f *PageFilter) wantsURL(url string) bool {
 	if len(f.include) > 0 && !anyMatch(f.include, url) {
@@ -427,6 +454,11 @@ type ProcessPage struct {
 	BodyRef *BodyRef `json:"body_ref,omitempty"`
 	// BodyLength is the body's length in bytes, inline or not.
 	BodyLength int64 `json:"body_length"`
+	// Rendered: a browser rendered the page (the campaign's render).
+	// Body is then the rendered DOM or, for a processor whose document
+	// is "original" (Processor.Document), the document as served. Absent
+	// (false) for a page fetched plainly.
+	Rendered bool `json:"rendered,omitempty"`
 }
 
 // BodyRef is where a body not sent inline is served: GET any of URLs

@@ -11,10 +11,13 @@ import (
 // forProcessors is what a fetched page keeps for the processors that want
 // it, or nil when none does.
 func (r *rules) forProcessors(c *store.ClaimedURL, self crawl.URL, resp *fetch.Response, at time.Time) *store.PageBody {
-	var names []string
+	var names, originals []string
 	for i := range r.filters {
-		if r.filters[i].Wants(self.String, resp.Status, resp.Header.Get("Content-Type")) {
-			names = append(names, r.filters[i].Name)
+		if f := &r.filters[i]; f.Wants(self.String, resp.Status, resp.Header.Get("Content-Type")) {
+			names = append(names, f.Name)
+			if f.WantsOriginal() {
+				originals = append(originals, f.Name)
+			}
 		}
 	}
 	if len(names) == 0 {
@@ -26,8 +29,12 @@ func (r *rules) forProcessors(c *store.ClaimedURL, self crawl.URL, resp *fetch.R
 	for _, h := range []string{"Content-Encoding", "Content-Length", "Transfer-Encoding"} {
 		header.Del(h)
 	}
-	return &store.PageBody{
+	body := &store.PageBody{
 		Processors: names, URL: c.URL, Depth: c.Depth, FinalURL: self.Linked(), Status: resp.Status, Header: header,
 		ContentType: resp.Header.Get("Content-Type"), FetchedAt: at, Body: resp.Body,
 	}
+	if resp.Rendered != nil {
+		body.Rendered, body.Original, body.OriginalFor = true, resp.Rendered.Original, originals
+	}
+	return body
 }

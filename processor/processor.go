@@ -120,7 +120,10 @@ func (p *Processor) OnHTML(selector string, fn func(*Element) error) *Processor 
 }
 
 // Page is one page a processor got. Item and Follow add to what the
-// processor returns for it.
+// processor returns for it. Of a page a browser rendered (Rendered set),
+// Body is the rendered DOM, or the document as served when the
+// processor's spec entry says "document": "original"
+// (campaign.Processor.Document).
 type Page struct {
 	campaign.ProcessPage
 	items []json.RawMessage

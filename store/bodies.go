@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +18,7 @@ import (
 // PageBody is what processors get of a fetched page, kept in a chunk of
 // its commit (chunks.go) until every processor named has taken it.
 type PageBody struct {
+	// Processors are those that want the page.
 	Processors []string
 	// URL and Depth are the frontier's, of the URL fetched.
 	URL         string
@@ -27,26 +29,54 @@ type PageBody struct {
 	ContentType string
 	FetchedAt   time.Time
 	Body        []byte
+	// Rendered: a browser rendered the page, and Body is its DOM.
+	// Original is then the document as served, which those of
+	// Processors in OriginalFor get instead (campaign.Processor.Document),
+	// kept in chunks of its own: a chunk holds one body of a page, so a
+	// body token names one.
+	Rendered    bool
+	Original    []byte
+	OriginalFor []string
 }
 
 // chunkedBodies are the pages a commit keeps for processors, beside its
-// outcomes (see recordOutcomes).
-type chunkedBodies struct{ pages []chunkPage }
+// outcomes (see recordOutcomes): pages with the body most processors get,
+// and originals, the documents as served of rendered pages, for those
+// that asked for them.
+type chunkedBodies struct{ pages, originals []chunkPage }
 
-func (b *chunkedBodies) empty() bool { return len(b.pages) == 0 }
+func (b *chunkedBodies) empty() bool { return len(b.pages) == 0 && len(b.originals) == 0 }
 
-// add keeps p, the body of page id, for a chunk of the commit.
+// add keeps p, the body of page id, for a chunk of the commit, and its
+// original for a chunk of originals.
 func (b *chunkedBodies) add(id int64, p *PageBody) error {
 	h, err := json.Marshal(p.Header)
 	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256(p.Body)
-	b.pages = append(b.pages, chunkPage{
+	page := chunkPage{
 		ID: id, URL: p.URL, Depth: p.Depth, Final: p.FinalURL, Status: p.Status, Header: h,
-		CType: p.ContentType, At: p.FetchedAt, SHA256: hex.EncodeToString(sum[:]), body: p.Body, processors: p.Processors,
-	})
+		CType: p.ContentType, At: p.FetchedAt, Rendered: p.Rendered,
+	}
+	rendered, originals := p.Processors, []string(nil)
+	if p.Rendered {
+		rendered = slices.DeleteFunc(slices.Clone(p.Processors), func(name string) bool { return slices.Contains(p.OriginalFor, name) })
+		originals = slices.DeleteFunc(slices.Clone(p.Processors), func(name string) bool { return !slices.Contains(p.OriginalFor, name) })
+	}
+	if len(rendered) > 0 {
+		b.pages = append(b.pages, withBody(page, p.Body, rendered))
+	}
+	if len(originals) > 0 {
+		b.originals = append(b.originals, withBody(page, p.Original, originals))
+	}
 	return nil
+}
+
+// withBody is page with body, for processors.
+func withBody(page chunkPage, body []byte, processors []string) chunkPage {
+	sum := sha256.Sum256(body)
+	page.SHA256, page.body, page.processors = hex.EncodeToString(sum[:]), body, processors
+	return page
 }
 
 // commit keeps a commit's pages in chunks in tx, then records its
@@ -70,7 +100,7 @@ func (b *chunkedBodies) commit(ctx context.Context, tx pgx.Tx, args []any) (map[
 		return nil, err
 	}
 	var lost []int64
-	for _, p := range b.pages {
+	for _, p := range slices.Concat(b.pages, b.originals) {
 		if !accepted[p.ID] {
 			lost = append(lost, p.ID)
 		}

@@ -22,10 +22,21 @@ import (
 const chunkBytes = 1 << 20
 
 // writeChunks keeps the commit's pages in chunks of up to chunkBytes of
-// bodies, with each processor's deliveries of them; it says which chunks
-// it wrote.
+// bodies, with each processor's deliveries of them, and its originals in
+// chunks of their own; it says which chunks it wrote.
 func (b *chunkedBodies) writeChunks(ctx context.Context, tx pgx.Tx, campaignKey any) ([]int64, error) {
-	pages := slices.Clone(b.pages)
+	chunks, err := writeChunksOf(ctx, tx, campaignKey, b.pages)
+	if err != nil {
+		return nil, err
+	}
+	originals, err := writeChunksOf(ctx, tx, campaignKey, b.originals)
+	return append(chunks, originals...), err
+}
+
+// writeChunksOf keeps pages, each once, in chunks of up to chunkBytes of
+// bodies, in id order.
+func writeChunksOf(ctx context.Context, tx pgx.Tx, campaignKey any, pages []chunkPage) ([]int64, error) {
+	pages = slices.Clone(pages)
 	slices.SortFunc(pages, func(x, y chunkPage) int { return cmp.Compare(x.ID, y.ID) })
 	var chunks []int64
 	for len(pages) > 0 {
@@ -202,7 +213,7 @@ func leasedPages(ctx context.Context, q pgx.Tx, campaignKey int64, ids, chunks [
 		out = append(out, LeasedPage{
 			ID: p.ID, URL: p.URL, FinalURL: p.Final, Depth: p.Depth, Status: p.Status, Header: p.Header,
 			ContentType: p.CType, FetchedAt: p.At, Length: int64(len(p.body)), Body: p.body,
-			Token: chunkToken(chunk, p.ID, secret), SHA256: p.SHA256,
+			Token: chunkToken(chunk, p.ID, secret), SHA256: p.SHA256, Rendered: p.Rendered,
 		})
 	})
 	if err != nil {

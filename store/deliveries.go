@@ -68,6 +68,8 @@ type LeasedPage struct {
 	Body   []byte
 	Token  string
 	SHA256 string
+	// Rendered: a browser rendered the page (campaign.ProcessPage).
+	Rendered bool
 }
 
 // Lease names a batch of a processor's pages. The batch holds them in its

@@ -29,6 +29,10 @@ interface ProcessPage {
   body?: string;
   body_ref?: { urls: string[]; sha256: string };
   body_length: number;
+  // Set when a browser rendered the page (the campaign's "render"): the
+  // body is then the rendered DOM, or the document as served for a
+  // processor whose spec says "document": "original".
+  rendered?: boolean;
 }
 
 interface ProcessRequest {
