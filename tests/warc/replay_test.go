@@ -153,6 +153,34 @@ func replayWACZ(t *testing.T, s *harness.Stack, id, warcDir, target, selector st
 	if err != nil {
 		t.Fatalf("this test replays in Chromium (Debian package chromium): %v", err)
 	}
+	player := servePlayer(t, s, id, warcDir, fmt.Sprintf(`url=%q embed="replayonly"`, target))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	var stdout, stderr bytes.Buffer
+	args := []string{"replay.mjs", chromium, player + "/index.html", target, "90000"}
+	if selector != "" {
+		args = append(args, selector)
+	}
+	cmd := exec.CommandContext(ctx, "node", args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("replay in Chromium: %v\n%s", err, stderr.String())
+	}
+	var shown replayed
+	if err := json.Unmarshal(stdout.Bytes(), &shown); err != nil {
+		t.Fatalf("replay.mjs said %q: %v", stdout.String(), err)
+	}
+	return shown, time.Since(start)
+}
+
+// servePlayer exports the campaign's archive as WACZ and serves it with
+// ReplayWeb.page's embedding at /index.html: a <replay-web-page> of the
+// package, with attrs (url=..., embed=...). It returns the server's base
+// URL; nothing else answers.
+func servePlayer(t *testing.T, s *harness.Stack, id, warcDir, attrs string) string {
+	t.Helper()
 	root := t.TempDir()
 	cli(t, s, "campaign", "export", id, "--format", "wacz", "--warc-dir", warcDir, "-o", filepath.Join(root, "archive.wacz"))
 	installWarcio(t)
@@ -172,8 +200,8 @@ func replayWACZ(t *testing.T, s *harness.Stack, id, warcDir, target, selector st
 		}
 	}
 	embed := fmt.Sprintf(`<!doctype html><html><head><script src="/ui.js"></script></head><body>
-<replay-web-page source="/archive.wacz" url=%q replaybase="/replay/" embed="replayonly" style="width:800px;height:600px;display:block"></replay-web-page>
-</body></html>`, target)
+<replay-web-page source="/archive.wacz" %s replaybase="/replay/" style="width:800px;height:600px;display:block"></replay-web-page>
+</body></html>`, attrs)
 	if err := os.WriteFile(filepath.Join(root, "index.html"), []byte(embed), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -184,25 +212,7 @@ func replayWACZ(t *testing.T, s *harness.Stack, id, warcDir, target, selector st
 	player := &http.Server{Handler: http.FileServer(http.Dir(root)), ReadHeaderTimeout: 10 * time.Second}
 	go player.Serve(l) //nolint:errcheck // ends with Close
 	t.Cleanup(func() { player.Close() })
-
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	start := time.Now()
-	var stdout, stderr bytes.Buffer
-	args := []string{"replay.mjs", chromium, "http://" + l.Addr().String() + "/index.html", target, "90000"}
-	if selector != "" {
-		args = append(args, selector)
-	}
-	cmd := exec.CommandContext(ctx, "node", args...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("replay in Chromium: %v\n%s", err, stderr.String())
-	}
-	var shown replayed
-	if err := json.Unmarshal(stdout.Bytes(), &shown); err != nil {
-		t.Fatalf("replay.mjs said %q: %v", stdout.String(), err)
-	}
-	return shown, time.Since(start)
+	return "http://" + l.Addr().String()
 }
 
 // TestRenderedPageReplaysWithWhatItsScriptsLoaded: the app's view is
