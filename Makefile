@@ -21,7 +21,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 IMAGE ?= spiderpool:local
 ENGINE ?= $(shell command -v docker || command -v podman)
 
-.PHONY: help tools postgres pgbouncer build image cross test test-unit test-integration test-tools demo dev histories fuzz vet clean bench bench-scale bench-polite bench-nodes bench-frontier
+.PHONY: help tools postgres pgbouncer build image cross test test-unit test-integration test-tools demo dev histories fuzz vet clean bench bench-scale bench-polite bench-nodes bench-render bench-frontier
 
 help:
 	@echo "make demo   - run the local stack and crawl the bundled synthetic web"
@@ -34,6 +34,7 @@ help:
 	@echo "make bench-scale - spiderpool at 10k, 100k and 1M pages; updates docs/performance.md"
 	@echo "make bench-polite - politeness efficiency: 500 polite hosts, slow hosts, campaigns sharing nodes or hosts; updates docs/performance.md"
 	@echo "make bench-nodes - one polite campaign on pools of 3 to 1,000 nodes, a kill and a drain at scale; writes docs/pool.md"
+	@echo "make bench-render - one browser node vs Crawlee's PuppeteerCrawler on a single-page app, same Chromium; updates docs/performance.md"
 	@echo "make bench-frontier - plans and latency of a lease and an idle poll over a 10M-row frontier; writes docs/scale-10m.txt"
 
 tools: $(BIN)/temporal postgres
@@ -144,6 +145,17 @@ bench-polite: tools build
 BENCH_NODES_FLAGS ?=
 bench-nodes: tools pgbouncer build
 	cd bench && $(GO) build -o $(BIN)/bench . && $(BIN)/bench nodes -spiderpool $(BIN)/spiderpool $(BENCH_NODES_FLAGS)
+
+# One browser node against Crawlee's PuppeteerCrawler (bench/crawlee, its
+# versions pinned by package-lock.json) on the synthetic single-page app,
+# both rendering in Debian's Chromium (test-tools installs it, Node.js and
+# npm). BENCH_RENDER_FLAGS passes more, e.g. -pairs 3 or -items 400.
+BENCH_RENDER_FLAGS ?=
+bench-render: tools test-tools build bench/crawlee/node_modules/.package-lock.json
+	cd bench && $(GO) build -o $(BIN)/bench . && $(BIN)/bench render -spiderpool $(BIN)/spiderpool $(BENCH_RENDER_FLAGS) && $(BIN)/bench readme
+
+bench/crawlee/node_modules/.package-lock.json: bench/crawlee/package.json bench/crawlee/package-lock.json
+	cd bench/crawlee && npm ci --no-audit --no-fund
 
 # PgBouncer (Debian package pgbouncer), for bench-nodes and the tests that
 # run a pool behind it.

@@ -22,6 +22,7 @@ type results struct {
 	Micro   []microResult `json:"micro,omitempty"`
 	Polite  *politeRun    `json:"polite,omitempty"`
 	Nodes   *nodesRun     `json:"nodes,omitempty"`
+	Render  *renderRun    `json:"render,omitempty"`
 }
 
 type compareRun struct {

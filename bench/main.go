@@ -5,6 +5,7 @@
 //	bench run     alternate spiderpool and Colly crawls, write results.json
 //	bench scale   spiderpool alone at several sizes
 //	bench polite  politeness efficiency: many hosts, slow hosts, campaigns sharing nodes or hosts
+//	bench render  one browser node against Crawlee's PuppeteerCrawler on a single-page app
 //	bench frontier  plans and latency of a lease over a 10M-row frontier
 //	bench micro   the hot-path microbenchmarks (go test -bench)
 //	bench serve   the synthetic web as a process, with counters (internal)
@@ -26,7 +27,7 @@ const envCPUProfile = "BENCH_CPUPROFILE"
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: bench run|scale|polite|nodes|frontier|micro|serve|colly|readme [flags]")
+		fmt.Fprintln(os.Stderr, "usage: bench run|scale|polite|nodes|render|frontier|micro|serve|colly|readme [flags]")
 		os.Exit(2)
 	}
 	if f := os.Getenv(envCPUProfile); f != "" && os.Args[1] != "serve" && os.Args[1] != "colly" {
@@ -50,6 +51,8 @@ func main() {
 		err = runPolite(os.Args[2:])
 	case "nodes":
 		err = runNodes(os.Args[2:])
+	case "render":
+		err = runRender(os.Args[2:])
 	case "frontier":
 		err = runFrontier(os.Args[2:])
 	case "micro":

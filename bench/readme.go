@@ -56,6 +56,9 @@ func readme(args []string) error {
 	if p := r.Polite; p != nil && len(p.Scenarios) > 0 {
 		writePolite(&b, p)
 	}
+	if rr := r.Render; rr != nil && len(rr.Pairs) > 0 {
+		writeRender(&b, rr)
+	}
 	if len(r.Micro) > 0 {
 		b.WriteString("**Hot paths** (`go test -bench`):\n\n| benchmark | time/op | B/op | allocs/op |\n|---|---|---|---|\n")
 		for _, m := range r.Micro {
@@ -136,4 +139,32 @@ func politeEfficiency(p *politeRun, id int) float64 {
 		}
 	}
 	return 0
+}
+
+// writeRender is the render comparison's table, ratios and settings.
+func writeRender(b *strings.Builder, rr *renderRun) {
+	fmt.Fprintf(b, "**Rendering: one browser node vs Crawlee's PuppeteerCrawler** (`make bench-render`, measured %s): the synthetic single-page app (%d pages: %d views with %d lazy images each, a feed of %d items loaded as it scrolls, their item and doc pages; %d resources), every page rendered in %s by both, %d at once, same run, the site's log counting every request. Seconds from the crawl's start (campaign start; Crawlee's `run()`) to its end, browser start included.\n\n",
+		rr.Date, rr.Site.Pages, rr.Site.Views, rr.Site.Images, rr.Site.Items, rr.Site.Resources, rr.Settings.Chromium, rr.Tabs)
+	b.WriteString("| pair | crawler | pages | seconds | pages/s | app's pages found | duplicate requests | peak PSS | peak RSS | CPU-s crawler | CPU-s Chromium |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for i, p := range rr.Pairs {
+		for _, c := range []struct {
+			name string
+			m    renderMeasured
+		}{{"spiderpool", p.Spiderpool}, {"Crawlee", p.Crawlee}} {
+			m := c.m
+			fmt.Fprintf(b, "| %d | %s | %d | %.1f | %.2f | %d of %d | %d | %.0f MiB | %.0f MiB | %.1f | %.1f |\n", i+1, c.name, m.Pages, m.Seconds,
+				m.PagesPerSecond, m.Found, rr.Site.Pages, m.ExtraRequests, m.Memory.PSSMB, m.Memory.RSSMB, m.Memory.RootCPUSeconds, m.Memory.CPUSeconds-m.Memory.RootCPUSeconds)
+		}
+	}
+	fmt.Fprintf(b, "\nspiderpool/Crawlee pages/s, medians: **%.2f**; peak PSS spiderpool/Crawlee: %.2f.\n\n", rr.Ratio, rr.MemoryRatio)
+	fmt.Fprintf(b, "- spiderpool: %s.\n- Crawlee: %s.\n- Memory: %s.\n", rr.Settings.Spiderpool, rr.Settings.Crawlee, rr.Settings.Memory)
+	for i, p := range rr.Pairs {
+		if st := p.Spiderpool.Stack; st != nil {
+			fmt.Fprintf(b, "- Pair %d: spiderpool's Postgres and Temporal dev server beside the node: %.0f MiB PSS at peak, %.1f CPU-s.\n", i+1, st.PSSMB, st.CPUSeconds)
+		}
+	}
+	for _, line := range renderNotes(rr) {
+		fmt.Fprintf(b, "- %s.\n", strings.ToUpper(line[:1])+line[1:])
+	}
+	b.WriteString("\n")
 }

@@ -48,6 +48,8 @@ type nodePlan struct {
 	concurrency int
 	// replicas is each process's --replicas (node identities); 0 is 1.
 	replicas int
+	// flags are more worker flags for every node (--browser, say).
+	flags []string
 }
 
 // identities is how many nodes the plan's processes register.
@@ -189,6 +191,7 @@ func (s *stack) nodeDatabase(db string) string {
 // nodeFlags are the worker flags of the plan's i-th node.
 func (s *stack) nodeFlags(i int) []string {
 	flags := []string{"--allow-private-networks", "--log-level", "warn", "--connect-timeout", "30s"}
+	flags = append(flags, s.nodes.flags...)
 	if s.nodes.concurrency > 0 {
 		flags = append(flags, "--fetch-concurrency", strconv.Itoa(s.nodes.concurrency))
 	}
