@@ -24,12 +24,27 @@ func dieWithUs(cmd *exec.Cmd) {
 // Chromium's helpers (zygote, renderers, the network service) can outlive
 // the main process. It returns how many it found.
 func killLeftovers(dir string) int {
+	procs := processesOf(dir)
+	for _, p := range procs {
+		syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+	return len(procs)
+}
+
+// process is one of a Chromium's processes.
+type process struct {
+	pid      int
+	renderer bool // --type=renderer: it runs a page's scripts
+}
+
+// processesOf lists the processes started with --user-data-dir=dir.
+func processesOf(dir string) []process {
 	want := []byte("--user-data-dir=" + dir)
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0
+		return nil
 	}
-	n := 0
+	var out []process
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == os.Getpid() {
@@ -39,13 +54,16 @@ func killLeftovers(dir string) int {
 		if err != nil {
 			continue
 		}
-		for arg := range bytes.SplitSeq(cmdline, []byte{0}) {
-			if bytes.Equal(arg, want) {
-				syscall.Kill(pid, syscall.SIGKILL)
-				n++
-				break
-			}
+		// Chromium's helpers rewrite their title: their arguments are
+		// one, spaces between.
+		ours, renderer := false, false
+		for _, arg := range bytes.FieldsFunc(cmdline, func(r rune) bool { return r == 0 || r == ' ' }) {
+			ours = ours || bytes.Equal(arg, want)
+			renderer = renderer || bytes.Equal(arg, []byte("--type=renderer"))
+		}
+		if ours {
+			out = append(out, process{pid: pid, renderer: renderer})
 		}
 	}
-	return n
+	return out
 }

@@ -56,7 +56,12 @@ type Options struct {
 	// once none of its tabs is open, so that leaks in a long-lived
 	// browser do not pile up.
 	RecycleAfter int
-	Log          *slog.Logger
+	// TabMemory caps a page's renderer (the process that runs its scripts
+	// and holds its DOM), in bytes of resident memory (default 1 GiB): a
+	// page that holds more fails (see memory.go). It is also the
+	// JavaScript heap's cap.
+	TabMemory int64
+	Log       *slog.Logger
 }
 
 // Browser renders pages in Chromium. Its methods are safe for concurrent
@@ -89,6 +94,9 @@ func New(o Options) (*Browser, error) {
 	}
 	if o.RecycleAfter <= 0 {
 		o.RecycleAfter = 100
+	}
+	if o.TabMemory <= 0 {
+		o.TabMemory = defaultTabMemory
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -134,6 +142,7 @@ type instance struct {
 	pages       int  // tabs ever opened in it
 	open        int  // tabs open now
 	retired     bool // no new tabs: stop it when the last one closes
+	memoryKills memoryKills
 	stopOnce    sync.Once
 	stopErr     error
 }
@@ -217,7 +226,7 @@ func (b *Browser) start() (*instance, error) {
 		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND"),
 		// WebRTC's UDP bypasses the resolver (see the package doc).
 		chromedp.Flag("webrtc-ip-handling-policy", "disable_non_proxied_udp"),
-		chromedp.Flag("js-flags", "--max-old-space-size=512"),
+		chromedp.Flag("js-flags", fmt.Sprintf("--max-old-space-size=%d", b.o.TabMemory>>20)),
 		// A cross-site frame is a process and a target of its own under
 		// site isolation, whose requests the tab's interception does not
 		// see: they met the resolver wall and the frame rendered without
@@ -245,6 +254,7 @@ func (b *Browser) start() (*instance, error) {
 		return nil, fmt.Errorf("start chromium %s: %w", b.o.Path, err)
 	}
 	b.o.Log.Info("chromium started", "path", b.o.Path, "user_data_dir", dir)
+	go b.watchMemory(in)
 	return in, nil
 }
 
