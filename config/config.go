@@ -109,6 +109,9 @@ type Node struct {
 	Browser string
 	// BrowserTabs caps the pages the node renders at once.
 	BrowserTabs int
+	// BrowserTabMemory caps, in MiB, the resident memory of one page's
+	// renderer (and its JavaScript heap): a page that holds more fails.
+	BrowserTabMemory int
 }
 
 // Default is the configuration with nothing set: it matches `spiderpool
@@ -131,6 +134,7 @@ func Default() Config {
 			Replicas:          1,
 			WARCMaxSize:       1 << 30,
 			BrowserTabs:       2,
+			BrowserTabMemory:  1024,
 			EndedSweep:        time.Minute,
 		},
 	}
@@ -219,6 +223,7 @@ func (c *Config) NodeFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&n.WARCMaxSize, "warc-max-size", n.WARCMaxSize, "bytes at which a WARC file is closed and the next begun")
 	fs.StringVar(&n.Browser, "browser", n.Browser, "render the pages campaigns ask a browser for (spec.render) with this Chromium; \"auto\": the one on PATH")
 	fs.IntVar(&n.BrowserTabs, "browser-tabs", n.BrowserTabs, "pages this node renders at once (with --browser)")
+	fs.IntVar(&n.BrowserTabMemory, "browser-tab-memory", n.BrowserTabMemory, "MiB of memory a page being rendered may hold; more fails the page (with --browser)")
 	fs.StringVar(&n.OTLPEndpoint, "otlp-endpoint", n.OTLPEndpoint, "send OpenTelemetry traces of workflows and activities to this OTLP/gRPC collector (http://host:4317)")
 }
 
@@ -429,6 +434,9 @@ func (c *Config) ValidateNode() error {
 	}
 	if n.BrowserTabs < 1 || n.BrowserTabs > 64 {
 		errs = append(errs, fmt.Errorf("--browser-tabs must be 1..64, got %d", n.BrowserTabs))
+	}
+	if n.BrowserTabMemory < 128 || n.BrowserTabMemory > 65536 {
+		errs = append(errs, fmt.Errorf("--browser-tab-memory must be 128..65536 (MiB), got %d", n.BrowserTabMemory))
 	}
 	if n.Browser != "" && n.Browser != "auto" {
 		if _, err := exec.LookPath(n.Browser); err != nil {

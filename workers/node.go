@@ -179,7 +179,8 @@ func newBrowser(lc fx.Lifecycle, cfg config.Config, f *fetch.Fetcher, log *slog.
 		}
 		path = found
 	}
-	b, err := render.New(render.Options{Path: path, Plain: f, Tabs: cfg.Node.BrowserTabs, Log: log})
+	b, err := render.New(render.Options{Path: path, Plain: f, Tabs: cfg.Node.BrowserTabs,
+		TabMemory: int64(cfg.Node.BrowserTabMemory) << 20, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("--browser %s: %w", path, err)
 	}
