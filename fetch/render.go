@@ -10,6 +10,10 @@ import (
 // the page and everything it asks for, each request through a Fetcher, so
 // the guard, the caps and the capture apply to them as to a plain GET.
 type Render struct {
+	// Auto renders the page only if its document, as served, is a script
+	// shell (render.IsScriptShell); any other document comes back as a
+	// plain fetch's would, Rendered nil, and no tab is opened for it.
+	Auto bool
 	// NetworkIdle waits, after the load event, until no request has been
 	// in flight for 500ms, at most IdleCap; false waits for load alone.
 	NetworkIdle bool
@@ -25,6 +29,9 @@ type Render struct {
 	// Check, when set, vets each request the page makes beyond its own
 	// document (robots.txt, scope); a non-nil error refuses it.
 	Check func(url string) error
+	// Screenshot takes a picture of the page once it settled
+	// (Rendered.Screenshot).
+	Screenshot bool
 }
 
 // Rendered is what a render adds to its Response: the document as the
@@ -39,6 +46,9 @@ type Rendered struct {
 	// Refused counts requests the render did not make: websockets,
 	// methods other than GET and HEAD, or Check's refusals.
 	Refused int
+	// Screenshot is the page's picture when Render.Screenshot asked for
+	// one; nil when not, or when taking it failed.
+	Screenshot *Screenshot
 }
 
 // Resource is one request a rendered page made.

@@ -42,6 +42,9 @@ func (b *Browser) watchMemory(in *instance) {
 			return
 		case <-tick.C:
 		}
+		if !b.hasOpenTabs(in) {
+			continue // no page to hold memory: spare the scan of /proc
+		}
 		for pid, rss := range renderersOver(in.dir, b.o.TabMemory) {
 			in.memoryKills.n.Add(1) // before the kill: the tab's crash reads it
 			if err := killProcess(pid); err != nil {
@@ -52,6 +55,12 @@ func (b *Browser) watchMemory(in *instance) {
 				"pid", pid, "resident_mib", rss>>20, "cap_mib", b.o.TabMemory>>20)
 		}
 	}
+}
+
+func (b *Browser) hasOpenTabs(in *instance) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return in.open > 0
 }
 
 // tookMemory says whether a crash of one of in's tabs was the watchdog's

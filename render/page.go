@@ -43,11 +43,12 @@ var (
 )
 
 // Get fetches url through Options.Plain and, when o.Render is set and the
-// answer is a 2xx HTML document, renders it: Body becomes the DOM its
-// scripts left, Rendered holds the document as served and every request
-// the page made. Status, headers, Wire, ReachedBy, Digest and Length are
-// the document's plain fetch's. A render that fails returns the document
-// as served with an Err wrapping fetch.ErrRender.
+// answer is a 2xx HTML document (with o.Render.Auto, a script shell:
+// IsScriptShell), renders it: Body becomes the DOM its scripts left,
+// Rendered holds the document as served and every request the page made.
+// Status, headers, Wire, ReachedBy, Digest and Length are the document's
+// plain fetch's. A render that fails returns the document as served with
+// an Err wrapping fetch.ErrRender.
 func (b *Browser) Get(ctx context.Context, url string, o fetch.Options) fetch.Response {
 	if o.Render == nil {
 		return b.o.Plain.Get(ctx, url, o)
@@ -57,6 +58,10 @@ func (b *Browser) Get(ctx context.Context, url string, o fetch.Options) fetch.Re
 	docOpts.KeepBody = true // the browser needs the document to render it
 	doc := b.o.Plain.Get(ctx, url, docOpts)
 	if doc.Err != nil || doc.Status < 200 || doc.Status > 299 || !doc.IsHTML() {
+		return doc
+	}
+	if o.Render.Auto && !IsScriptShell(doc.Body) {
+		b.o.Log.Debug("not rendered: no script shell (spec.render.auto)", "url", url)
 		return doc
 	}
 	resp := b.render(ctx, url, o, doc)
@@ -110,6 +115,9 @@ func (b *Browser) render(ctx context.Context, url string, o fetch.Options, doc f
 			return fmt.Errorf("%w: the page did not settle within %s (spec.render.timeout)", fetch.ErrRender, timeout)
 		case errors.Is(cause, errCrashed):
 			crashed = true
+			if in.tookMemory() {
+				return fmt.Errorf("%w: %w", fetch.ErrRender, errMemory(b.o.TabMemory))
+			}
 			return fmt.Errorf("%w: %w", fetch.ErrRender, errCrashed)
 		case in.ctx.Err() != nil && b.isClosed():
 			return fmt.Errorf("render: the browser was closed (the node is stopping): %w", err) // not ErrRender
@@ -148,6 +156,7 @@ type tab struct {
 	doc    fetch.Response
 	cancel context.CancelCauseFunc
 	slots  chan struct{}
+	shot   *fetch.Screenshot // the page's picture, when asked for
 
 	mu        sync.Mutex
 	fetched   map[string]*fetchOnce // by URL: what the render fetched, or is fetching
@@ -207,6 +216,12 @@ func (p *tab) run(tabCtx, rctx context.Context) (string, error) {
 	dom, err := chromedp.Run(rctx, chromedp.Evaluate[string](serializeDOM))
 	if err != nil {
 		return "", fmt.Errorf("read the DOM: %w", err)
+	}
+	if r.Screenshot {
+		if p.shot, err = p.screenshot(rctx); err != nil {
+			// The page is rendered: it goes without its picture.
+			p.b.o.Log.Info("screenshot failed", "url", p.url, "err", err)
+		}
 	}
 	return dom, nil
 }
@@ -481,7 +496,7 @@ func (p *tab) rendered() *fetch.Rendered {
 			kept = append(kept, r)
 		}
 	}
-	return &fetch.Rendered{Original: p.doc.Body, Resources: kept, Refused: p.refused}
+	return &fetch.Rendered{Original: p.doc.Body, Resources: kept, Refused: p.refused, Screenshot: p.shot}
 }
 
 // closeTab closes the tab and says whether it went: a renderer stuck in
