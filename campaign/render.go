@@ -27,6 +27,13 @@ type Render struct {
 	// canonical URL matches one of these regular expressions; the others
 	// are fetched plainly. Default: every HTML page of a render host.
 	Include []string `json:"include,omitempty"`
+	// Auto renders a page of a render host (that matches Include, if set)
+	// only when its HTML as served is a script shell (render.IsScriptShell:
+	// a script, and almost no text or an empty framework mount); any
+	// other page is kept as fetched and uses no tab. The node learns it
+	// only from the page it fetched, so the routing does not change: a
+	// render host still goes to browser nodes alone.
+	Auto bool `json:"auto,omitempty"`
 	// Wait is what a render waits for after the page's load event:
 	// "network_idle" (default: no request in flight for 500ms, waited for
 	// at most IdleCap) or "load" (nothing more).
@@ -42,6 +49,12 @@ type Render struct {
 	// until the page grows no more or Steps is reached: lazy images and
 	// infinite lists load.
 	Scroll Scroll `json:"scroll,omitzero"`
+	// Screenshot, when true, archives a picture of each rendered page,
+	// taken once it settled and scrolled back to its top: the viewport
+	// in PNG (WARC resource record urn:view:URL) and at half size in
+	// JPEG (urn:thumbnail:URL, which ReplayWeb.page shows in its list of
+	// pages), as Browsertrix records them. Default false.
+	Screenshot bool `json:"screenshot,omitempty"`
 }
 
 // Scroll is the autoscroll behavior of a render.

@@ -100,6 +100,8 @@ func TestBadSpecsNameTheField(t *testing.T) {
 		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"scroll":{"steps":0.5}}}`, "spec.render.scroll.steps", "want an integer"},
 		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"scroll":{"steps":-1}}}`, "spec.render.scroll.steps", "must be 0..1000"},
 		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"timout":"5s"}}`, "spec.render", `unknown field "timout"`},
+		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"atuo":true}}`, "spec.render", `unknown field "atuo"`},
+		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"auto":"yes"}}`, "spec.render.auto", "want true or false"},
 		{`{"seeds":["http://a/"],"recrawl":{"series":"s","min_intreval":"1h"}}`, "spec.recrawl", `unknown field "min_intreval"`},
 		{`[1,2]`, "spec", "want a JSON object"},
 	} {
@@ -283,5 +285,27 @@ func TestRenderDefaultsWorkOnAPlainSite(t *testing.T) {
 	var none *Render
 	if none.RendersHost("a") {
 		t.Error("no render renders a host")
+	}
+}
+
+// TestRenderAutoIsReadFromTheSpec: "auto" decodes (and round-trips), off
+// unless set.
+func TestRenderAutoIsReadFromTheSpec(t *testing.T) {
+	s, err := normalize(t, `{"seeds":["http://a/"],"render":{"hosts":["a"],"auto":true}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Render.Auto {
+		t.Error(`"auto": true did not set Render.Auto`)
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"auto":true`) {
+		t.Errorf("the spec lost auto when encoded: %s", b)
+	}
+	if s, err := normalize(t, `{"seeds":["http://a/"],"render":{"hosts":["a"]}}`); err != nil || s.Render.Auto {
+		t.Errorf("without auto: err %v, auto %v; want every page of a render host rendered", err, s.Render.Auto)
 	}
 }

@@ -54,12 +54,14 @@ func (rr *renderRules) renders(key, url string) bool {
 func (rr *renderRules) options(check func(string) error) *fetch.Render {
 	s := rr.spec
 	return &fetch.Render{
+		Auto:        s.Auto,
 		NetworkIdle: s.Wait == campaign.RenderWaitNetworkIdle,
 		IdleCap:     s.IdleCap.D(),
 		Timeout:     s.Timeout.D(),
 		ScrollSteps: s.Scroll.Steps,
 		ScrollWait:  s.Scroll.Wait.D(),
 		Check:       check,
+		Screenshot:  s.Screenshot,
 	}
 }
 
