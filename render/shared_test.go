@@ -29,6 +29,7 @@ func TestOneBrowser(t *testing.T) {
 		{"CrossSiteFramesRequestsGoThroughTheFetcher", crossSiteFramesRequestsGoThroughTheFetcher},
 		{"RenderedDocumentKeepsItsDoctype", renderedDocumentKeepsItsDoctype},
 		{"AURLAskedForTwiceIsFetchedOnce", aURLAskedForTwiceIsFetchedOnce},
+		{"AScreenshotIsThePageAtTheTopOfTheViewport", aScreenshotIsThePageAtTheTopOfTheViewport},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.test(t, b) })
 	}
