@@ -2,6 +2,8 @@ package crawler
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -112,6 +114,7 @@ func (f *Fetch) request(ctx context.Context, it *item, h *host, out outcome) out
 	out = withoutNoarchive(it, out, &resp)
 	if out.exchange != nil {
 		f.archiveResources(ctx, it.rules, &resp)
+		f.archiveScreenshot(it.rules, out.exchange, &resp)
 	}
 	return out
 }
@@ -252,6 +255,9 @@ func (f *Fetch) fetched(it *item, out outcome, resp *fetch.Response) (_ outcome,
 		Digest: resp.Digest, FetchedAt: time.Now(), Duration: resp.Duration,
 	}
 	out.o.Page = page
+	if resp.Rendered != nil {
+		page.Rendered = renderedDOM(resp.Body)
+	}
 	out.o.Body = r.forProcessors(&c, self, resp, page.FetchedAt)
 	page.Robots = crawl.RobotsTag(resp.Header.Values("X-Robots-Tag"), r.agent)
 	if resp.Status >= 300 && resp.Status < 400 && resp.Location != "" {
@@ -268,6 +274,14 @@ func (f *Fetch) fetched(it *item, out outcome, resp *fetch.Response) (_ outcome,
 		return out, nil
 	}
 	return f.htmlPage(it, out, resp)
+}
+
+// renderedDOM is what a rendered page's record keeps of its DOM: the
+// record's length and digest are the document's as served, which the
+// archive holds.
+func renderedDOM(dom []byte) *store.RenderedDOM {
+	sum := sha256.Sum256(dom)
+	return &store.RenderedDOM{Length: int64(len(dom)), Digest: "sha256:" + hex.EncodeToString(sum[:])}
 }
 
 // redirected records where a redirect leads and admits its target. A
