@@ -34,24 +34,47 @@ func campaignFrontier(t *testing.T, s *harness.Stack, id string) map[string]fron
 }
 
 type viewItem struct {
-	URL  string `json:"url"`
-	Text string `json:"text"`
+	URL      string `json:"url"`
+	Text     string `json:"text"`
+	Rendered bool   `json:"rendered"`
 }
 
-// viewItems are the items of the campaign's processor "views".
-func viewItems(t *testing.T, s *harness.Stack, id string) []viewItem {
+// viewsProcessor runs, until the test ends, a processor named name that
+// makes an item of the text of each element matching selector on the
+// app's views (and no other page), with whether the page was rendered. Its
+// spec entry asks for document (campaign.Processor.Document).
+func viewsProcessor(t *testing.T, s *harness.Stack, name, selector, document string) campaign.Processor {
+	t.Helper()
+	p := processor.New(name).Queue(s.Name+"."+name).OnHTML(selector, func(e *processor.Element) error {
+		if !strings.Contains(e.Page.URL, synthweb.SPARoot+"view/") {
+			return nil
+		}
+		return e.Page.Item(viewItem{URL: e.Page.URL, Text: e.Text(), Rendered: e.Page.Rendered})
+	})
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, processor.WithClient(s.Client)) }()
+	t.Cleanup(func() { cancel(); <-done })
+	spec := p.Spec()
+	spec.Document = document
+	return spec
+}
+
+// viewItems are the items of the campaign's processor name, each as
+// "<url> <text> rendered=<bool>".
+func viewItems(t *testing.T, s *harness.Stack, id, name string) map[string]bool {
 	t.Helper()
 	key, err := s.Store.CampaignKey(bg, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []viewItem
-	if _, err := s.Store.ExportItems(bg, key, "views", func(it store.Item) error {
+	out := map[string]bool{}
+	if _, err := s.Store.ExportItems(bg, key, name, func(it store.Item) error {
 		var v viewItem
 		if err := json.Unmarshal(it.Item, &v); err != nil {
 			return err
 		}
-		out = append(out, v)
+		out[fmt.Sprintf("%s %s rendered=%v", v.URL, v.Text, v.Rendered)] = true
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -85,7 +108,10 @@ func renderSpec(web *synthweb.Web) campaign.Spec {
 // every one of the feed's 200 items (loaded only as the page is
 // scrolled) and loads each page and resource once; the page whose script
 // never ends fails with that reason; the script's request to a loopback
-// address outside the node's allow-list never reaches its listener.
+// address outside the node's allow-list never reaches its listener. A
+// processor gets each view's rendered DOM, one that asks for the original
+// the shell the server sent, both flagged rendered, and each view's page
+// record says it was rendered.
 func TestRenderFindsWhatScriptsBuild(t *testing.T) {
 	forbidden := listenCounting(t, "tcp4", "127.0.0.1:0")
 	if forbidden == nil {
@@ -112,17 +138,13 @@ func TestRenderFindsWhatScriptsBuild(t *testing.T) {
 	web.Reset()
 
 	// A processor reads the text the views' scripts loaded by fetch():
-	// it gets the rendered HTML.
-	queue := s.Name + ".views"
-	p := processor.New("views").Queue(queue).OnHTML("p.data", func(e *processor.Element) error {
-		return e.Page.Item(viewItem{URL: e.Page.URL, Text: e.Text()})
-	})
-	ctx, cancel := context.WithCancel(bg)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx, processor.WithClient(s.Client)) }()
-	t.Cleanup(func() { cancel(); <-done })
+	// it gets the rendered HTML. One that asks for the original gets the
+	// shell the server sent, whose root says "Loading…".
 	spec := renderSpec(web)
-	spec.Processors = []campaign.Processor{p.Spec()}
+	spec.Processors = []campaign.Processor{
+		viewsProcessor(t, s, "views", "p.data", ""),
+		viewsProcessor(t, s, "shells", "#root", campaign.DocumentOriginal),
+	}
 
 	id := "render-" + s.Name
 	sum = harness.RunCampaign(t, s, id, spec, 4*time.Minute)
@@ -152,22 +174,46 @@ func TestRenderFindsWhatScriptsBuild(t *testing.T) {
 	if len(fr) != len(spa.Pages()) {
 		t.Errorf("the render crawl found %d URLs, want the app's %d pages", len(fr), len(spa.Pages()))
 	}
-	want := map[string]bool{}
+	views, shells := map[string]bool{}, map[string]bool{}
 	for v := 1; v <= spa.Views; v++ {
-		want[fmt.Sprintf("%s/app/view/%d %s", base, v, synthweb.ViewText(v))] = true
+		views[fmt.Sprintf("%s/app/view/%d %s rendered=true", base, v, synthweb.ViewText(v))] = true
+		shells[fmt.Sprintf("%s/app/view/%d Loading… rendered=true", base, v)] = true
 	}
-	got := map[string]bool{}
-	for _, it := range viewItems(t, s, id) {
-		got[it.URL+" "+it.Text] = true
+	for name, want := range map[string]map[string]bool{"views": views, "shells": shells} {
+		if got := viewItems(t, s, id, name); !maps.Equal(got, want) {
+			t.Errorf("processor %s's items: %v, want %v", name, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+		}
 	}
-	if !maps.Equal(got, want) {
-		t.Errorf("the processor's items: %v, want %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
-	}
+	checkRenderedRecords(t, s, id, base, spa)
 	if n := forbidden.accepted.Load(); n != 0 {
 		t.Errorf("the forbidden listener accepted %d connections", n)
 	}
 	t.Logf("render crawl: %d URLs, %d fetched, %d failed in %.1fs; %d requests served, app.js %d times",
 		sum.URLs, sum.Fetched, sum.Failed, sum.Seconds, web.Requests(), hits[base+synthweb.SPARoot+"app.js"])
+}
+
+// checkRenderedRecords: the record of each view the app's script built
+// says it was rendered, its DOM larger than the shell served (the
+// record's length and digest); a doc page, fetched plainly, says not.
+func checkRenderedRecords(t *testing.T, s *harness.Stack, id, base string, spa *synthweb.SPA) {
+	t.Helper()
+	key, err := s.Store.CampaignKey(bg, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := map[string]store.PageRecord{}
+	if _, err := s.Store.ExportPages(bg, key, false, func(r store.PageRecord) error { records[r.URL] = r; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for v := 1; v <= spa.Views; v++ {
+		view, doc := records[fmt.Sprintf("%s/app/view/%d", base, v)], records[fmt.Sprintf("%s/app/doc/%d", base, v)]
+		if !view.Rendered || view.RenderedLength <= view.Length || !strings.HasPrefix(view.RenderedDigest, "sha256:") || view.RenderedDigest == view.Digest {
+			t.Errorf("view %d's record: %+v, want rendered, its DOM larger than the shell served", v, view)
+		}
+		if doc.URL == "" || doc.Rendered || doc.RenderedLength != 0 {
+			t.Errorf("doc %d's record: %+v, want a page fetched plainly", v, doc)
+		}
+	}
 }
 
 // pageNodes maps each page of the campaign to the node that fetched it.
