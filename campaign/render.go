@@ -55,6 +55,10 @@ type Render struct {
 	// JPEG (urn:thumbnail:URL, which ReplayWeb.page shows in its list of
 	// pages), as Browsertrix records them. Default false.
 	Screenshot bool `json:"screenshot,omitempty"`
+	// Tabs caps the campaign's pages a node renders at once (1..64);
+	// the node's own cap (spiderpool worker --browser-tabs) still holds
+	// over all its campaigns. Default 0: the node's cap alone.
+	Tabs int `json:"tabs,omitempty"`
 }
 
 // Scroll is the autoscroll behavior of a render.
@@ -104,5 +108,8 @@ func (s *Spec) normalizeRender(add func(error)) {
 	durationIn(add, "spec.render.scroll.wait", r.Scroll.Wait, 10*time.Millisecond, time.Minute)
 	if r.Scroll.Steps < 0 || r.Scroll.Steps > 1000 {
 		add(fieldErr("spec.render.scroll.steps", "must be 0..1000, got %d", r.Scroll.Steps))
+	}
+	if r.Tabs < 0 || r.Tabs > 64 {
+		add(fieldErr("spec.render.tabs", "must be 0..64 (0: the node's --browser-tabs), got %d", r.Tabs))
 	}
 }

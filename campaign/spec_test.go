@@ -99,6 +99,8 @@ func TestBadSpecsNameTheField(t *testing.T) {
 		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"wait":"idle"}}`, "spec.render.wait", `want "network_idle" or "load"`},
 		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"scroll":{"steps":0.5}}}`, "spec.render.scroll.steps", "want an integer"},
 		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"scroll":{"steps":-1}}}`, "spec.render.scroll.steps", "must be 0..1000"},
+		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"tabs":65}}`, "spec.render.tabs", "must be 0..64"},
+		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"tabs":"two"}}`, "spec.render.tabs", "want an integer"},
 		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"timout":"5s"}}`, "spec.render", `unknown field "timout"`},
 		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"atuo":true}}`, "spec.render", `unknown field "atuo"`},
 		{`{"seeds":["http://a/"],"render":{"hosts":["a"],"auto":"yes"}}`, "spec.render.auto", "want true or false"},

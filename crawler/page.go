@@ -152,7 +152,7 @@ func (f *Fetch) options(it *item, h *host) fetch.Options {
 	}
 	conditional(it, &o)
 	if it.url.Kind != store.KindRequisite && r.render.renders(it.url.ShardKey, it.url.URL) {
-		o.Render = r.render.options(f.renderCheck(r))
+		o.Render = r.render.options(r.key, f.renderCheck(r))
 	}
 	return o
 }

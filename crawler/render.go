@@ -3,6 +3,7 @@ package crawler
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/crawl"
@@ -51,7 +52,7 @@ func (rr *renderRules) renders(key, url string) bool {
 }
 
 // options are a render's fetch options.
-func (rr *renderRules) options(check func(string) error) *fetch.Render {
+func (rr *renderRules) options(campaignKey int64, check func(string) error) *fetch.Render {
 	s := rr.spec
 	return &fetch.Render{
 		Auto:        s.Auto,
@@ -62,6 +63,8 @@ func (rr *renderRules) options(check func(string) error) *fetch.Render {
 		ScrollWait:  s.Scroll.Wait.D(),
 		Check:       check,
 		Screenshot:  s.Screenshot,
+		Group:       strconv.FormatInt(campaignKey, 10),
+		Tabs:        s.Tabs,
 	}
 }
 

@@ -32,6 +32,10 @@ type Render struct {
 	// Screenshot takes a picture of the page once it settled
 	// (Rendered.Screenshot).
 	Screenshot bool
+	// Group and Tabs, when Tabs > 0, cap the renders of one group (a
+	// campaign) open at once on this browser, within its own cap on tabs.
+	Group string
+	Tabs  int
 }
 
 // Rendered is what a render adds to its Response: the document as the

@@ -71,13 +71,21 @@ func (b *Browser) Get(ctx context.Context, url string, o fetch.Options) fetch.Re
 
 // render renders doc, fetched from url, in a tab of its own.
 func (b *Browser) render(ctx context.Context, url string, o fetch.Options, doc fetch.Response) fetch.Response {
-	select {
-	case b.tabs <- struct{}{}:
-		defer func() { <-b.tabs }()
-	case <-ctx.Done():
-		doc.Err = fmt.Errorf("render: waiting for a tab: %w", context.Cause(ctx))
-		return doc // not ErrRender: the page is not at fault
+	// Waits end with an error that is not ErrRender: the page is not at
+	// fault.
+	if o.Render.Tabs > 0 {
+		g := b.group(o.Render.Group, o.Render.Tabs)
+		if err := acquire(ctx, g); err != nil {
+			doc.Err = fmt.Errorf("render: waiting for one of the campaign's tabs (spec.render.tabs): %w", err)
+			return doc
+		}
+		defer func() { <-g }()
 	}
+	if err := acquire(ctx, b.tabs); err != nil {
+		doc.Err = fmt.Errorf("render: waiting for a tab: %w", err)
+		return doc
+	}
+	defer func() { <-b.tabs }()
 	in, err := b.openTab()
 	if err != nil {
 		// Not ErrRender: the node has no browser (it would not start, or

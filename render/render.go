@@ -71,8 +71,9 @@ type Browser struct {
 	tabs chan struct{} // a slot per tab that may be open
 
 	mu     sync.Mutex
-	cur    *instance              // where new tabs open; nil until needed
-	live   map[*instance]struct{} // every Chromium not yet stopped
+	groups map[string]chan struct{} // a slot per tab a group may have open (fetch.Render.Tabs)
+	cur    *instance                // where new tabs open; nil until needed
+	live   map[*instance]struct{}   // every Chromium not yet stopped
 	closed bool
 }
 
@@ -101,7 +102,31 @@ func New(o Options) (*Browser, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Browser{o: o, tabs: make(chan struct{}, o.Tabs), live: map[*instance]struct{}{}}, nil
+	return &Browser{o: o, tabs: make(chan struct{}, o.Tabs), live: map[*instance]struct{}{}, groups: map[string]chan struct{}{}}, nil
+}
+
+// group returns the slots of group g, n of them. When n changed (the
+// campaign's spec did), the group gets new slots; renders holding old
+// ones give them back where they took them.
+func (b *Browser) group(g string, n int) chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ch, ok := b.groups[g]
+	if !ok || cap(ch) != n {
+		ch = make(chan struct{}, n)
+		b.groups[g] = ch
+	}
+	return ch
+}
+
+// acquire takes one of slots, waiting as long as ctx allows.
+func acquire(ctx context.Context, slots chan struct{}) error {
+	select {
+	case slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // Find returns the path of a Chromium on PATH.
