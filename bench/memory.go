@@ -6,17 +6,23 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 )
 
 // Memory of process trees, sampled: a browser crawler is a process and
 // the Chromium processes below it, which come and go (a tab's renderer, a
 // recycled browser), so their peak is not any one process's VmHWM. Every
-// tick reads /proc once and sums, per tree, the proportional set size
-// (PSS, /proc/PID/smaps_rollup: a page shared by n processes counts 1/n in
-// each, so a tree's sum counts Chromium's shared pages once) and the
-// resident sets (RSS, which counts them in every process that maps them).
+// tick reads /proc once and sums, per tree, the resident sets (RSS,
+// /proc/PID/statm: a page shared by several processes counts in each) and
+// the CPU times; the proportional set size (PSS, /proc/PID/smaps_rollup: a
+// page shared by n processes counts 1/n in each, so a tree's sum counts
+// Chromium's shared pages once) is read when the RSS sum reaches a new
+// high, and at least every pssEvery. smaps_rollup walks a process's page
+// tables: a dozen Chromium processes cost 40ms of CPU a read, which ten
+// times a second would take 40% of a core from the crawlers measured.
+
+// pssEvery is the longest time between two PSS reads of a tree.
+const pssEvery = time.Second
 
 // memPeak is the most a tree held at one sample.
 type memPeak struct {
@@ -36,32 +42,51 @@ type memPeak struct {
 // their descendants are summed.
 type memTree func(parent map[int]int) []int
 
+// treeWatch is one tree's sampling state.
+type treeWatch struct {
+	roots   memTree
+	peak    memPeak
+	first   treeUse // at the first sample that found the tree
+	pssRead time.Time
+}
+
+// sample reads the tree once and updates its peak.
+func (w *treeWatch) sample(parent map[int]int) {
+	roots := w.roots(parent)
+	members := treeMembers(parent, roots)
+	u := treeUsage(members, roots)
+	p := &w.peak
+	newHigh := mb(u.rss) > p.RSSMB
+	p.RSSMB, p.Processes = max(p.RSSMB, mb(u.rss)), max(p.Processes, u.n)
+	if u.n == 0 {
+		return
+	}
+	if w.first.n == 0 {
+		w.first = u
+	}
+	p.CPUSeconds = max(p.CPUSeconds, u.cpu-w.first.cpu)
+	p.RootCPUSeconds = max(p.RootCPUSeconds, u.rootCPU-w.first.rootCPU)
+	if newHigh || time.Since(w.pssRead) >= pssEvery {
+		w.pssRead = time.Now()
+		p.PSSMB = max(p.PSSMB, mb(treePSS(members)))
+	}
+}
+
 // memWatch samples trees every interval until stop, which returns each
 // tree's peak, in the order given.
 func memWatch(every time.Duration, trees ...memTree) (stop func() []memPeak) {
-	peaks := make([]memPeak, len(trees))
-	var mu sync.Mutex
+	watches := make([]*treeWatch, len(trees))
+	for i, t := range trees {
+		watches[i] = &treeWatch{roots: t}
+	}
 	procs := processParents{}
-	done, finished := make(chan struct{}), make(chan struct{})
-	first := make([]treeUse, len(trees))
 	sample := func() {
 		parent := procs.read()
-		for i, t := range trees {
-			u := treeMemory(parent, t(parent))
-			mu.Lock()
-			p := &peaks[i]
-			p.PSSMB, p.RSSMB = max(p.PSSMB, mb(u.pss)), max(p.RSSMB, mb(u.rss))
-			p.Processes = max(p.Processes, u.n)
-			if first[i].n == 0 {
-				first[i] = u
-			}
-			if u.n > 0 {
-				p.CPUSeconds = max(p.CPUSeconds, u.cpu-first[i].cpu)
-				p.RootCPUSeconds = max(p.RootCPUSeconds, u.rootCPU-first[i].rootCPU)
-			}
-			mu.Unlock()
+		for _, w := range watches {
+			w.sample(parent)
 		}
 	}
+	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
 		tick := time.NewTicker(every)
@@ -77,10 +102,12 @@ func memWatch(every time.Duration, trees ...memTree) (stop func() []memPeak) {
 	}()
 	return func() []memPeak {
 		close(done)
-		<-finished
-		sample() // the last moment too
-		mu.Lock()
-		defer mu.Unlock()
+		<-finished // the sampler is done: its state is ours now
+		sample()   // the last moment too
+		peaks := make([]memPeak, len(watches))
+		for i, w := range watches {
+			peaks[i] = w.peak
+		}
 		return peaks
 	}
 }
@@ -122,15 +149,13 @@ func (pp processParents) read() map[int]int {
 
 // treeUse is what a tree held and had used at one sample.
 type treeUse struct {
-	pss, rss     int64 // bytes
+	rss          int64 // bytes
 	n            int   // processes
 	cpu, rootCPU float64
 }
 
-// treeMemory sums PSS, RSS and CPU time over roots and their descendants.
-// A process gone between the walk and the read counts nothing.
-func treeMemory(parent map[int]int, roots []int) treeUse {
-	var u treeUse
+// treeMembers are roots and their descendants.
+func treeMembers(parent map[int]int, roots []int) []int {
 	in := map[int]bool{}
 	for _, r := range roots {
 		in[r] = true
@@ -140,12 +165,23 @@ func treeMemory(parent map[int]int, roots []int) treeUse {
 			in[pid] = true
 		}
 	}
+	members := make([]int, 0, len(in))
 	for pid := range in {
-		p, r, ok := processMemory(pid)
+		members = append(members, pid)
+	}
+	return members
+}
+
+// treeUsage sums RSS and CPU time over members. A process gone between
+// the walk and the read counts nothing.
+func treeUsage(members, roots []int) treeUse {
+	var u treeUse
+	for _, pid := range members {
+		rss, ok := processRSS(pid)
 		if !ok {
 			continue
 		}
-		u.pss, u.rss, u.n = u.pss+p, u.rss+r, u.n+1
+		u.rss, u.n = u.rss+rss, u.n+1
 		own, all := processCPU(pid)
 		u.cpu += all
 		if len(roots) > 0 && pid == roots[0] {
@@ -153,6 +189,31 @@ func treeMemory(parent map[int]int, roots []int) treeUse {
 		}
 	}
 	return u
+}
+
+// treePSS sums PSS over members, in bytes.
+func treePSS(members []int) int64 {
+	var pss int64
+	for _, pid := range members {
+		pss += processPSS(pid)
+	}
+	return pss
+}
+
+var pageSize = int64(os.Getpagesize())
+
+// processRSS reads a process's resident set from statm, in bytes.
+func processRSS(pid int) (int64, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
+	if err != nil {
+		return 0, false
+	}
+	f := bytes.Fields(b) // size resident shared text lib data dt, in pages
+	if len(f) < 2 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(f[1]), 10, 64)
+	return n * pageSize, err == nil
 }
 
 // processCPU is a process's own CPU seconds and those with its reaped
@@ -190,23 +251,20 @@ func under(parent map[int]int, pid int, set map[int]bool) bool {
 	return false
 }
 
-// processMemory reads a process's Pss and Rss from smaps_rollup, in bytes.
-func processMemory(pid int) (pss, rss int64, ok bool) {
+// processPSS reads a process's Pss from smaps_rollup, in bytes; 0 when
+// it is gone.
+func processPSS(pid int) int64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
 	if err != nil {
-		return 0, 0, false
+		return 0
 	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		line := sc.Bytes()
-		switch {
-		case bytes.HasPrefix(line, []byte("Pss:")):
-			pss = kbField(line)
-		case bytes.HasPrefix(line, []byte("Rss:")):
-			rss = kbField(line)
+		if line := sc.Bytes(); bytes.HasPrefix(line, []byte("Pss:")) {
+			return kbField(line)
 		}
 	}
-	return pss, rss, true
+	return 0
 }
 
 // kbField is the number of a "Name:   1234 kB" line, in bytes.

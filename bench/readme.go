@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 )
@@ -162,6 +163,8 @@ func writeRender(b *strings.Builder, rr *renderRun) {
 		if st := p.Spiderpool.Stack; st != nil {
 			fmt.Fprintf(b, "- Pair %d: spiderpool's Postgres and Temporal dev server beside the node: %.0f MiB PSS at peak, %.1f CPU-s.\n", i+1, st.PSSMB, st.CPUSeconds)
 		}
+		fmt.Fprintf(b, "- Pair %d, %s first: processes outside the bench used %.0f CPU-s while spiderpool crawled, %.0f while Crawlee did (%d cores).\n",
+			i+1, p.First, p.Spiderpool.OtherCPUSeconds, p.Crawlee.OtherCPUSeconds, runtime.NumCPU())
 	}
 	for _, line := range renderNotes(rr) {
 		fmt.Fprintf(b, "- %s.\n", strings.ToUpper(line[:1])+line[1:])

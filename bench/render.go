@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -76,6 +77,9 @@ type renderMeasured struct {
 	// Stack is spiderpool's Postgres and Temporal dev server, beside the
 	// node (spiderpool only).
 	Stack *memPeak `json:"stack_memory,omitempty"`
+	// OtherCPUSeconds is what processes outside the bench used while the
+	// crawl ran: a shared machine's load, which slows either crawler.
+	OtherCPUSeconds float64 `json:"other_cpu_seconds"`
 }
 
 // runRender runs the pairs and writes the results.
@@ -202,18 +206,17 @@ func (b *renderBench) pair(i int, only string) (renderPair, error) {
 			continue
 		}
 		b.web.Reset()
-		var m renderMeasured
-		var err error
-		if who == "spiderpool" {
-			m, err = b.spiderpool()
-			p.Spiderpool = m
-		} else {
-			m, err = b.crawlee()
-			p.Crawlee = m
+		crawl, into := b.spiderpool, &p.Spiderpool
+		if who == "crawlee" {
+			crawl, into = b.crawlee, &p.Crawlee
 		}
+		began, cpu := time.Now(), sampleCPU()
+		m, err := crawl()
 		if err != nil {
 			return p, fmt.Errorf("%s: %w", who, err)
 		}
+		m.OtherCPUSeconds = cpuBetween(cpu, sampleCPU(), time.Since(began).Seconds()).Others
+		*into = m
 		fmt.Printf("  %-10s %s\n", who, m.line())
 	}
 	return p, nil
@@ -224,6 +227,9 @@ func (m renderMeasured) line() string {
 	s := fmt.Sprintf("%d pages (%d failed) in %.1fs = %.2f pages/s; found %d of the app's pages; %d duplicate URLs (%d extra requests); app.js %d times; peak PSS %.0f MiB (RSS %.0f MiB, %d processes)",
 		m.Pages, m.Failed, m.Seconds, m.PagesPerSecond, m.Found, m.DuplicateURLs, m.ExtraRequests, m.ScriptLoads,
 		m.Memory.PSSMB, m.Memory.RSSMB, m.Memory.Processes)
+	s += fmt.Sprintf("; other processes %.0f CPU-s", m.OtherCPUSeconds)
+	s += fmt.Sprintf("; page requests from %.1fs to %.1fs, ended %.1fs after the last; longest gaps %s",
+		m.FirstPage, m.LastPage, m.Seconds-m.LastPage, strings.Join(m.LongestGaps, ", "))
 	s += fmt.Sprintf("; CPU-s: crawler %.1f, Chromium %.1f", m.Memory.RootCPUSeconds, m.Memory.CPUSeconds-m.Memory.RootCPUSeconds)
 	if m.Stack != nil {
 		s += fmt.Sprintf(", Postgres + Temporal %.1f (%.0f MiB PSS)", m.Stack.CPUSeconds, m.Stack.PSSMB)
@@ -248,10 +254,11 @@ func (rr *renderRun) summarize() {
 
 var errNoPages = errors.New("no page rendered")
 
-// measured completes m from its crawl's pages and seconds and the site's
-// log.
-func (b *renderBench) measured(m renderMeasured) (renderMeasured, error) {
+// measured completes m from its crawl's pages, start and seconds and the
+// site's log.
+func (b *renderBench) measured(m renderMeasured, start time.Time) (renderMeasured, error) {
 	m.siteLog = tallySite(b.spa, "http://"+b.web.Hosts()[0], b.web.Hits())
+	m.pageTimes = timesOf(b.spa, b.web.Log(b.web.Hosts()[0]), start)
 	if m.Seconds > 0 {
 		m.PagesPerSecond = float64(m.Pages) / m.Seconds
 	}
@@ -288,7 +295,7 @@ func (b *renderBench) settings() renderSettings {
 			b.tabs, b.tabs, renderScrollSteps),
 		Crawlee: fmt.Sprintf("%s; min and max concurrency %d, waitUntil networkidle0 (no connection for 500ms), puppeteerUtils.infiniteScroll({waitForSecs: 1}), enqueueLinks() (same hostname), viewport 1280x813 as spiderpool's and so no fingerprints (they pick a screen per page); defaults otherwise (one browser context, 3 retries)",
 			crawleeVersions(b.crawleeDir), b.tabs),
-		Memory: "peak of the sum over the crawler's process tree (node or Node.js, and Chromium's processes) sampled every 100ms: PSS from /proc/PID/smaps_rollup (a shared page counted once across the tree), RSS beside it",
+		Memory: "peak of the sum over the crawler's process tree (node or Node.js, and Chromium's processes): RSS sampled every 100ms (a page shared by several processes counted in each); PSS from /proc/PID/smaps_rollup (a shared page counted once across the tree), read at each new RSS high and at least every second",
 	}
 }
 
@@ -329,6 +336,52 @@ type siteLog struct {
 	// Other is requests for anything else (robots.txt, a favicon), by
 	// path.
 	Other map[string]int `json:"other_requests,omitempty"`
+	pageTimes
+}
+
+// pageTimes are when the app's pages were requested, in seconds from the
+// crawl's start: where a crawl waited before its first page, between two
+// pages and after its last.
+type pageTimes struct {
+	FirstPage float64 `json:"first_page_request_seconds"`
+	LastPage  float64 `json:"last_page_request_seconds"`
+	// LongestGaps are the longest times between two page requests in a
+	// row, with the page that ended each.
+	LongestGaps []string `json:"longest_gaps,omitempty"`
+}
+
+// timesOf reads the page requests of log from start.
+func timesOf(spa *synthweb.SPA, log []synthweb.Request, start time.Time) pageTimes {
+	page := map[string]bool{}
+	for _, p := range spa.Pages() {
+		page[p] = true
+	}
+	type gap struct {
+		d    time.Duration
+		path string
+	}
+	var t pageTimes
+	var gaps []gap
+	var last time.Time
+	for _, r := range log { // in arrival order
+		if !page[r.Path] {
+			continue
+		}
+		if last.IsZero() {
+			t.FirstPage = r.At.Sub(start).Seconds()
+		} else {
+			gaps = append(gaps, gap{r.At.Sub(last), r.Path})
+		}
+		last = r.At
+	}
+	if !last.IsZero() {
+		t.LastPage = last.Sub(start).Seconds()
+	}
+	slices.SortFunc(gaps, func(a, b gap) int { return cmp.Compare(b.d, a.d) })
+	for _, g := range gaps[:min(len(gaps), 3)] {
+		t.LongestGaps = append(t.LongestGaps, fmt.Sprintf("%.1fs before %s", g.d.Seconds(), g.path))
+	}
+	return t
 }
 
 // tallySite reads the site's hits (by URL, base + path) against the app.

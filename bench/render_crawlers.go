@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -52,7 +54,7 @@ func (b *renderBench) spiderpool() (renderMeasured, error) {
 		return renderMeasured{}, err
 	}
 	stack := peaks[1]
-	return b.measured(renderMeasured{Pages: sum.Fetched, Failed: sum.Failed, Seconds: seconds, Memory: peaks[0], Stack: &stack})
+	return b.measured(renderMeasured{Pages: sum.Fetched, Failed: sum.Failed, Seconds: seconds, Memory: peaks[0], Stack: &stack}, start)
 }
 
 // crawleeOutput is what crawl.mjs prints.
@@ -60,6 +62,8 @@ type crawleeOutput struct {
 	Pages   int64   `json:"pages"`
 	Failed  int64   `json:"failed"`
 	Seconds float64 `json:"seconds"`
+	// StartedAt is when run() was called, in Unix milliseconds.
+	StartedAt int64 `json:"started_at_ms"`
 }
 
 // crawlee crawls the app with crawl.mjs, its storage in a temporary
@@ -78,6 +82,13 @@ func (b *renderBench) crawlee() (renderMeasured, error) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr
 	devstack.DieWithParent(cmd, syscall.SIGKILL)
+	// A crawl past its time is killed with its Chromium: a group of its
+	// own, killed whole.
+	if cmd.SysProcAttr == nil { // DieWithParent sets nothing off Linux
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	if err := cmd.Start(); err != nil {
 		return renderMeasured{}, fmt.Errorf("node crawl.mjs: %w", err)
 	}
@@ -92,7 +103,7 @@ func (b *renderBench) crawlee() (renderMeasured, error) {
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &res); err != nil {
 		return renderMeasured{}, fmt.Errorf("crawl.mjs's result %q: %w", lines[len(lines)-1], err)
 	}
-	return b.measured(renderMeasured{Pages: res.Pages, Failed: res.Failed, Seconds: res.Seconds, Memory: peaks[0]})
+	return b.measured(renderMeasured{Pages: res.Pages, Failed: res.Failed, Seconds: res.Seconds, Memory: peaks[0]}, time.UnixMilli(res.StartedAt))
 }
 
 // printRender writes the pairs and the ratios.
@@ -131,7 +142,11 @@ func renderNotes(rr *renderRun) []string {
 				out = append(out, fmt.Sprintf("pair %d, %s requested more than once: %s", i+1, c.name, strings.Join(firstOf(c.m.Duplicates, 10), ", ")))
 			}
 			if len(c.m.Other) > 0 {
-				out = append(out, fmt.Sprintf("pair %d, %s also requested: %v", i+1, c.name, c.m.Other))
+				var other []string
+				for _, path := range slices.Sorted(maps.Keys(c.m.Other)) {
+					other = append(other, fmt.Sprintf("%s x%d", path, c.m.Other[path]))
+				}
+				out = append(out, fmt.Sprintf("pair %d, %s also requested %s", i+1, c.name, strings.Join(other, ", ")))
 			}
 		}
 	}

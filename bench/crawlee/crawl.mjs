@@ -7,7 +7,8 @@
 //   node crawl.mjs --seed URL [--tabs 2] [--chromium /usr/bin/chromium] [--scroll-idle-secs 1]
 //
 // Prints one JSON line: {"pages": rendered, "failed": n, "seconds": wall
-// time from run() to its end, "settings": {...}}. Storage goes to
+// time from run() to its end, "started_at_ms": when run() was called (Unix
+// ms), "settings": {...}}. Storage goes to
 // CRAWLEE_STORAGE_DIR (the bench gives it a temporary directory).
 import { parseArgs } from 'node:util';
 import { PuppeteerCrawler, puppeteerUtils, log } from 'crawlee';
@@ -78,6 +79,7 @@ const crawler = new PuppeteerCrawler({
     },
 });
 
+const startedAt = Date.now();
 start = performance.now();
 await crawler.run([opt.seed]);
 const seconds = (performance.now() - start) / 1000;
@@ -85,6 +87,7 @@ console.log(JSON.stringify({
     pages,
     failed,
     seconds,
+    started_at_ms: startedAt,
     settings: {
         maxConcurrency: tabs,
         waitUntil: 'networkidle0',
