@@ -474,6 +474,9 @@ func (p *tab) scroll(rctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("scroll: %w", err)
 	}
+	if before.Bottom >= before.Height-1 {
+		return nil // it fits the screen: there is nowhere to scroll to
+	}
 	for range r.ScrollSteps {
 		if _, err := chromedp.Run(rctx, chromedp.Evaluate[bool](scrollStep, chromedp.EvalAwaitPromise)); err != nil {
 			return fmt.Errorf("scroll: %w", err)
