@@ -37,6 +37,25 @@ type process struct {
 	renderer bool // --type=renderer: it runs a page's scripts
 }
 
+// hasArg says whether cmdline (/proc/PID/cmdline) holds arg whole.
+// Chromium's helpers rewrite their title: their arguments are then one,
+// spaces between, so an argument ends at a NUL or a space, and is matched
+// as a whole rather than split (a profile's path may hold a space).
+func hasArg(cmdline, arg []byte) bool {
+	edge := func(i int) bool { return i < 0 || i >= len(cmdline) || cmdline[i] == 0 || cmdline[i] == ' ' }
+	for from := 0; ; {
+		i := bytes.Index(cmdline[from:], arg)
+		if i < 0 {
+			return false
+		}
+		start := from + i
+		if edge(start-1) && edge(start+len(arg)) {
+			return true
+		}
+		from = start + 1
+	}
+}
+
 // processesOf lists the processes started with --user-data-dir=dir.
 func processesOf(dir string) []process {
 	want := []byte("--user-data-dir=" + dir)
@@ -54,15 +73,8 @@ func processesOf(dir string) []process {
 		if err != nil {
 			continue
 		}
-		// Chromium's helpers rewrite their title: their arguments are
-		// one, spaces between.
-		ours, renderer := false, false
-		for _, arg := range bytes.FieldsFunc(cmdline, func(r rune) bool { return r == 0 || r == ' ' }) {
-			ours = ours || bytes.Equal(arg, want)
-			renderer = renderer || bytes.Equal(arg, []byte("--type=renderer"))
-		}
-		if ours {
-			out = append(out, process{pid: pid, renderer: renderer})
+		if hasArg(cmdline, want) {
+			out = append(out, process{pid: pid, renderer: hasArg(cmdline, []byte("--type=renderer"))})
 		}
 	}
 	return out
