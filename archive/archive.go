@@ -374,13 +374,18 @@ var recordOptions = []gowarc.WarcRecordOption{
 }
 
 func writePair(files *gowarc.WarcFileWriter, p *pair) error {
-	res := files.Write(p.resp, p.req)
+	return writeRecords(files, p.uri, p.resp, p.req)
+}
+
+// writeRecords writes the records of uri together; the writer closes them.
+func writeRecords(files *gowarc.WarcFileWriter, uri string, recs ...gowarc.WarcRecord) error {
+	res := files.Write(recs...)
 	if res == nil {
-		return errors.New("WARC writer is closed")
+		return fmt.Errorf("write WARC record for %s: the writer is closed", uri)
 	}
 	for _, r := range res {
 		if r.Err != nil {
-			return fmt.Errorf("write WARC record for %s to %s: %w", p.uri, r.FileName, r.Err)
+			return fmt.Errorf("write WARC record for %s to %s: %w", uri, r.FileName, r.Err)
 		}
 	}
 	return nil

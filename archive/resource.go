@@ -42,7 +42,7 @@ func (w *Writer) WriteResources(c Campaign, rs []Resource) []error {
 			continue
 		}
 		gowarcMu.Lock()
-		errs[i] = writeRecord(files, rs[i].URI, rec)
+		errs[i] = writeRecords(files, rs[i].URI, rec)
 		gowarcMu.Unlock()
 	}
 	return errs
@@ -62,18 +62,4 @@ func resourceRecord(r Resource) (gowarc.WarcRecord, error) {
 		return nil, fmt.Errorf("WARC resource record for %s: %w", r.URI, err)
 	}
 	return rec, nil
-}
-
-// writeRecord writes one record; the writer closes it.
-func writeRecord(files *gowarc.WarcFileWriter, uri string, rec gowarc.WarcRecord) error {
-	res := files.Write(rec)
-	if res == nil {
-		return fmt.Errorf("write WARC record for %s: the writer is closed", uri)
-	}
-	for _, r := range res {
-		if r.Err != nil {
-			return fmt.Errorf("write WARC record for %s to %s: %w", uri, r.FileName, r.Err)
-		}
-	}
-	return nil
 }
