@@ -55,7 +55,7 @@ type Render struct {
 	// JPEG (urn:thumbnail:URL, which ReplayWeb.page shows in its list of
 	// pages), as Browsertrix records them. Default false.
 	Screenshot bool `json:"screenshot,omitempty"`
-	// Tabs caps the campaign's pages a node renders at once (1..64);
+	// Tabs caps the campaign's pages a node renders at once (0..64);
 	// the node's own cap (spiderpool worker --browser-tabs) still holds
 	// over all its campaigns. Default 0: the node's cap alone.
 	Tabs int `json:"tabs,omitempty"`

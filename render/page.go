@@ -61,7 +61,7 @@ func (b *Browser) Get(ctx context.Context, url string, o fetch.Options) fetch.Re
 		return doc
 	}
 	if o.Render.Auto && !IsScriptShell(doc.Body) {
-		b.o.Log.Debug("not rendered: no script shell (spec.render.auto)", "url", url)
+		b.o.Log.Debug("not rendered: no script shell (spec.render.auto)", "campaign", o.Render.Group, "url", url)
 		return doc
 	}
 	resp := b.render(ctx, url, o, doc)
@@ -228,7 +228,7 @@ func (p *tab) run(tabCtx, rctx context.Context) (string, error) {
 	if r.Screenshot {
 		if p.shot, err = p.screenshot(rctx); err != nil {
 			// The page is rendered: it goes without its picture.
-			p.b.o.Log.Info("screenshot failed", "url", p.url, "err", err)
+			p.b.o.Log.Info("screenshot failed", "campaign", r.Group, "url", p.url, "err", err)
 		}
 	}
 	return dom, nil
