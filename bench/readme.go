@@ -163,7 +163,7 @@ func writeRender(b *strings.Builder, rr *renderRun) {
 		if st := p.Spiderpool.Stack; st != nil {
 			fmt.Fprintf(b, "- Pair %d: spiderpool's Postgres and Temporal dev server beside the node: %.0f MiB PSS at peak, %.1f CPU-s.\n", i+1, st.PSSMB, st.CPUSeconds)
 		}
-		fmt.Fprintf(b, "- Pair %d, %s first: processes outside the bench used %.0f CPU-s while spiderpool crawled, %.0f while Crawlee did (%d cores).\n",
+		fmt.Fprintf(b, "- Pair %d, %s first: CPU the bench could not attribute to a live process of its own (other processes, or processes that ended without their time reaching one of its processes: likely Chromium's renderers, so the Chromium column may undercount both): %.0f CPU-s while spiderpool crawled, %.0f while Crawlee did (%d cores).\n",
 			i+1, p.First, p.Spiderpool.OtherCPUSeconds, p.Crawlee.OtherCPUSeconds, runtime.NumCPU())
 	}
 	for _, line := range renderNotes(rr) {

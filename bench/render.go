@@ -77,8 +77,11 @@ type renderMeasured struct {
 	// Stack is spiderpool's Postgres and Temporal dev server, beside the
 	// node (spiderpool only).
 	Stack *memPeak `json:"stack_memory,omitempty"`
-	// OtherCPUSeconds is what processes outside the bench used while the
-	// crawl ran: a shared machine's load, which slows either crawler.
+	// OtherCPUSeconds is the machine's CPU the bench could not attribute
+	// to its own processes while the crawl ran: other processes (a shared
+	// machine's load), and processes whose time reached none of the
+	// bench's when they ended (likely Chromium's renderers, one per page:
+	// this is an upper bound of the load from outside).
 	OtherCPUSeconds float64 `json:"other_cpu_seconds"`
 }
 
@@ -227,7 +230,7 @@ func (m renderMeasured) line() string {
 	s := fmt.Sprintf("%d pages (%d failed) in %.1fs = %.2f pages/s; found %d of the app's pages; %d duplicate URLs (%d extra requests); app.js %d times; peak PSS %.0f MiB (RSS %.0f MiB, %d processes)",
 		m.Pages, m.Failed, m.Seconds, m.PagesPerSecond, m.Found, m.DuplicateURLs, m.ExtraRequests, m.ScriptLoads,
 		m.Memory.PSSMB, m.Memory.RSSMB, m.Memory.Processes)
-	s += fmt.Sprintf("; other processes %.0f CPU-s", m.OtherCPUSeconds)
+	s += fmt.Sprintf("; unattributed %.0f CPU-s", m.OtherCPUSeconds)
 	s += fmt.Sprintf("; page requests from %.1fs to %.1fs, ended %.1fs after the last; longest gaps %s",
 		m.FirstPage, m.LastPage, m.Seconds-m.LastPage, strings.Join(m.LongestGaps, ", "))
 	s += fmt.Sprintf("; CPU-s: crawler %.1f, Chromium %.1f", m.Memory.RootCPUSeconds, m.Memory.CPUSeconds-m.Memory.RootCPUSeconds)
