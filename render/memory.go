@@ -2,7 +2,6 @@ package render
 
 import (
 	"fmt"
-	"sync/atomic"
 	"time"
 )
 
@@ -27,10 +26,6 @@ const memoryEvery = 250 * time.Millisecond
 // defaultTabMemory is Options.TabMemory's default.
 const defaultTabMemory = 1 << 30
 
-// memoryKills counts an instance's renderers killed for their memory
-// whose tabs have not yet said so (tookMemory).
-type memoryKills struct{ n atomic.Int64 }
-
 // watchMemory kills in's renderers that hold more than TabMemory, until
 // in stops.
 func (b *Browser) watchMemory(in *instance) {
@@ -46,9 +41,9 @@ func (b *Browser) watchMemory(in *instance) {
 			continue // no page to hold memory: spare the scan of /proc
 		}
 		for pid, rss := range renderersOver(in.dir, b.o.TabMemory) {
-			in.memoryKills.n.Add(1) // before the kill: the tab's crash reads it
+			in.memoryKills.Add(1) // before the kill: the tab's crash reads it
 			if err := killProcess(pid); err != nil {
-				in.memoryKills.n.Add(-1) // gone already
+				in.memoryKills.Add(-1) // gone already
 				continue
 			}
 			b.o.Log.Warn("renderer killed: a page held more memory than its cap",
@@ -67,11 +62,11 @@ func (b *Browser) hasOpenTabs(in *instance) bool {
 // kill, and counts it said.
 func (in *instance) tookMemory() bool {
 	for {
-		n := in.memoryKills.n.Load()
+		n := in.memoryKills.Load()
 		if n <= 0 {
 			return false
 		}
-		if in.memoryKills.n.CompareAndSwap(n, n-1) {
+		if in.memoryKills.CompareAndSwap(n, n-1) {
 			return true
 		}
 	}

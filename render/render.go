@@ -35,6 +35,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chromedp/chromedp"
@@ -167,7 +168,9 @@ type instance struct {
 	pages       int  // tabs ever opened in it
 	open        int  // tabs open now
 	retired     bool // no new tabs: stop it when the last one closes
-	memoryKills memoryKills
+	// memoryKills counts its renderers killed for their memory whose
+	// tabs have not yet said so (tookMemory).
+	memoryKills atomic.Int64
 	stopOnce    sync.Once
 	stopErr     error
 }
