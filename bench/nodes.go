@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -22,6 +24,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/control"
@@ -417,6 +421,7 @@ func (s *stack) poolRun(p poolPlan, pc poolCampaign, refused *refusals) (poolRes
 	printStatementStats(s)
 	if os.Getenv("BENCH_TIMELINE") != "" {
 		printTimeline(web, c.agent, c.start, res.Bound)
+		dumpHistory(ctx, nodes.client, c.id, c.start, filepath.Join(os.TempDir(), "bench-history-"+strings.ReplaceAll(p.Name, " ", "-")+".txt"))
 		nodes.query(ctx, func(conn *pgx.Conn) error {
 			var lease0, lease1, fetched50, fetched90, depth1first float64
 			err := conn.QueryRow(ctx, `
@@ -906,9 +911,94 @@ func printTimeline(web *synthweb.Web, agent string, start time.Time, bound float
 		}
 	}
 	fmt.Printf("  first request %.2fs after the start; requests each of the first 10 s: %v\n", first.Seconds(), first10)
+	printGaps(web, agent, start)
 	var parts []string
 	for b := 0; b <= last; b++ {
 		parts = append(parts, fmt.Sprintf("%d", int(100*float64(buckets[b])/(5*bound))))
 	}
 	fmt.Printf("  %% of the bound each 5 s: %s\n", strings.Join(parts, " "))
+}
+
+// printGaps says where the slowest hosts lost their time: the wait for a
+// host's first request, and its gaps beyond the politeness delay, small
+// (a late timer, up to 100 ms), medium (to 1 s) and long (the host ran
+// out of work).
+func printGaps(web *synthweb.Web, agent string, start time.Time) {
+	type loss struct {
+		host                string
+		first, end          time.Duration
+		small, medium, long time.Duration
+		longAt              []string
+	}
+	var all []loss
+	for _, h := range web.Hosts() {
+		var at []time.Time
+		for _, r := range web.Log(h) {
+			if r.Agent == agent {
+				at = append(at, r.At)
+			}
+		}
+		if len(at) == 0 {
+			continue
+		}
+		slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+		l := loss{host: h, first: at[0].Sub(start), end: at[len(at)-1].Sub(start)}
+		for i := 1; i < len(at); i++ {
+			over := at[i].Sub(at[i-1]) - time.Second
+			switch {
+			case over <= 0:
+			case over <= 100*time.Millisecond:
+				l.small += over
+			case over <= time.Second:
+				l.medium += over
+			default:
+				l.long += over
+				l.longAt = append(l.longAt, fmt.Sprintf("%.1fs@%.0f", over.Seconds(), at[i-1].Sub(start).Seconds()))
+			}
+		}
+		all = append(all, l)
+	}
+	slices.SortFunc(all, func(a, b loss) int { return cmp.Compare(b.end, a.end) })
+	var sum loss
+	for _, l := range all {
+		sum.first += l.first
+		sum.small += l.small
+		sum.medium += l.medium
+		sum.long += l.long
+	}
+	n := time.Duration(max(len(all), 1))
+	fmt.Printf("  per host, mean: first request %.2fs, late by <=100ms %.2fs, by <=1s %.2fs, longer %.2fs\n",
+		(sum.first / n).Seconds(), (sum.small / n).Seconds(), (sum.medium / n).Seconds(), (sum.long / n).Seconds())
+	for _, l := range all[:min(8, len(all))] {
+		fmt.Printf("  last %s: ends %.1fs, first %.2fs, late <=100ms %.2fs, <=1s %.2fs, longer %.2fs %v\n",
+			l.host, l.end.Seconds(), l.first.Seconds(), l.small.Seconds(), l.medium.Seconds(), l.long.Seconds(), l.longAt)
+	}
+}
+
+// dumpHistory writes, under BENCH_TIMELINE, the campaign's last run's
+// events one a line, with seconds from start and the worker that took
+// each workflow task: what the workflow did while hosts waited (a long
+// workflow task is a slow lease).
+func dumpHistory(ctx context.Context, c client.Client, id string, start time.Time, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	it := c.GetWorkflowHistory(ctx, id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		if err != nil {
+			return
+		}
+		detail := ""
+		if m := e.GetMarkerRecordedEventAttributes(); m != nil {
+			detail = fmt.Sprint(len(m.GetDetails()))
+		}
+		if a := e.GetWorkflowTaskStartedEventAttributes(); a != nil {
+			detail = a.GetIdentity()
+		}
+		fmt.Fprintf(f, "%8.3f %s %s\n", e.GetEventTime().AsTime().Sub(start).Seconds(), e.GetEventType(), detail)
+	}
+	fmt.Println("  history in", path)
 }
