@@ -18,16 +18,24 @@ import (
 const (
 	// A committer writes its pending settlements once flushEvery of them
 	// wait, one of them is a hand-back, or the oldest has waited
-	// flushAfter: a polite crawl settles a few URLs a second per host and
+	// flushAfter (below): a polite crawl settles a few URLs a second per host and
 	// node, and writing them every flushInterval cost a pool of 48 nodes
 	// 8,800 commits of 4 pages each for 40,000 pages.
 	flushEvery    = 64
-	flushAfter    = 600 * time.Millisecond
 	flushInterval = 200 * time.Millisecond
+	// flushSoon is how long a settlement that left its host with nothing
+	// queued on its engine waits for others: the host's next URLs (the
+	// page's links, the next lease's refill, which counts what is
+	// committed) and the campaign's end wait for that commit.
+	flushSoon = 50 * time.Millisecond
 	// committerIdle is how long a campaign's committer waits with nothing
 	// to do before it goes.
 	committerIdle = time.Minute
 )
+
+// flushAfter is how long the oldest pending settlement may wait (a var
+// only for tests).
+var flushAfter = 600 * time.Millisecond
 
 // outcome is one URL's result before it is committed.
 type outcome struct {
@@ -55,6 +63,8 @@ type settlement struct {
 	it   *item
 	out  outcome
 	back bool
+	// soon: it was its host's last URL on the engine (flushSoon).
+	soon bool
 }
 
 // Commits records what a process's engines settle, per campaign, in
@@ -143,7 +153,8 @@ type committer struct {
 
 	mu      sync.Mutex
 	pending []settlement
-	since   time.Time // when the oldest pending settlement came
+	since   time.Time   // when the oldest pending settlement came
+	soon    *time.Timer // kicks flushSoon after a host's last URL came
 }
 
 func (c *committer) add(s settlement) {
@@ -153,6 +164,9 @@ func (c *committer) add(s settlement) {
 	}
 	c.pending = append(c.pending, s)
 	full := len(c.pending) >= flushEvery
+	if s.soon && c.soon == nil {
+		c.soon = time.AfterFunc(flushSoon, c.kick)
+	}
 	c.mu.Unlock()
 	if full || s.back {
 		c.kick()
@@ -173,6 +187,10 @@ func (c *committer) take(forced bool) []settlement {
 	defer c.mu.Unlock()
 	if !forced && time.Since(c.since) < flushAfter {
 		return nil
+	}
+	if c.soon != nil {
+		c.soon.Stop()
+		c.soon = nil
 	}
 	out := c.pending
 	c.pending = nil

@@ -2,6 +2,8 @@ package crawler
 
 import (
 	"context"
+	"testing"
+	"time"
 
 	"github.com/spiderpool/spiderpool/campaign"
 )
@@ -18,4 +20,12 @@ func (f *Fetch) Stopping() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.stopping
+}
+
+// SetFlushAfter makes pending settlements wait d before their commit for
+// the rest of the test.
+func SetFlushAfter(t *testing.T, d time.Duration) {
+	old := flushAfter
+	flushAfter = d
+	t.Cleanup(func() { flushAfter = old })
 }

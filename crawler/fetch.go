@@ -519,8 +519,8 @@ func (f *Fetch) process(h *host, it *item) {
 // settle hands a URL's outcome (or, with back, the URL itself, unfetched)
 // to its campaign's committer.
 func (f *Fetch) settle(it *item, out outcome, back bool) {
-	it.host.leave(f.life, it.batch.key)
-	f.commits.add(settlement{f: f, it: it, out: out, back: back})
+	last := it.host.leave(f.life, it.batch.key)
+	f.commits.add(settlement{f: f, it: it, out: out, back: back, soon: last})
 }
 
 // settled books what a chunk's commit kept into the chunk's batches, and

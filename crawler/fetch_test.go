@@ -449,3 +449,26 @@ func TestTwoCampaignsShareTheHostsPace(t *testing.T) {
 		t.Fatalf("robots.txt fetched %d times (agents %v), want once for both campaigns", site.robots, site.agents)
 	}
 }
+
+// TestHostsLastURLIsCommittedSoon: a URL that leaves its host with nothing
+// queued on the engine is committed without waiting for others (the
+// host's next URLs, its links among them, wait for that commit), here
+// with pending settlements otherwise held an hour.
+func TestHostsLastURLIsCommittedSoon(t *testing.T) {
+	crawler.SetFlushAfter(t, time.Hour)
+	s := openStoreAt(t, harness.NewDatabase(t))
+	site := newPoliteSite(t)
+	req := leasedBatch(t, s, site, "soon", "n1", 3, campaign.Politeness{IgnoreRobots: true, UserAgent: "soon/1"})
+	f, ends := startFetch(t, s, "n1")
+	if _, pending, err := ends.accept(context.Background(), f, req, "soon"); err != nil || !pending {
+		t.Fatalf("accept: pending %v, %v", pending, err)
+	}
+	if c := ends.await(t, "soon"); c.result.Fetched != 3 {
+		t.Fatalf("batch ended with %+v, want 3 fetched", c.result)
+	}
+	for u, r := range frontier(t, s) {
+		if r.state != "fetched" {
+			t.Errorf("%s %s, want fetched", u, r.state)
+		}
+	}
+}

@@ -239,11 +239,15 @@ func (h *host) enter(campaignKey int64, delay time.Duration, concurrency int) {
 }
 
 // leave undoes enter; with no URL left and no request running, the claim
-// is let go, recording when the host's next request may start.
-func (h *host) leave(ctx context.Context, campaignKey int64) {
+// is let go, recording when the host's next request may start. It says
+// whether that was the campaign's last URL of the host on this engine:
+// the host's next ones wait for its commit (its links, and the room the
+// next lease sees).
+func (h *host) leave(ctx context.Context, campaignKey int64) (last bool) {
 	h.mu.Lock()
 	if p := h.users[campaignKey]; p.users <= 1 {
 		delete(h.users, campaignKey)
+		last = true
 	} else {
 		p.users--
 		h.users[campaignKey] = p
@@ -265,6 +269,7 @@ func (h *host) leave(ctx context.Context, campaignKey int64) {
 	if idle && wanted {
 		h.letGo(ctx, false)
 	}
+	return last
 }
 
 // claimLinger is how long a node keeps the claim of a host it has no URL
