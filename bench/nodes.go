@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -381,9 +382,11 @@ func (s *stack) poolRun(p poolPlan, pc poolCampaign, refused *refusals) (poolRes
 	refusedBefore := refused.n.Load()
 	resetStatementStats(s)
 	stopSampling := s.connSampler()
+	stopBouncer := s.bouncerSampler()
 	dbBefore := nodes.dbWork(ctx)
 	c, err := nodes.crawlPolite(ctx, pc, web, nil)
 	res.PGConnections = stopSampling()
+	stopBouncer()
 	dbAfter := nodes.dbWork(ctx)
 	res.PGRefused = int(refused.n.Load() - refusedBefore)
 	if err != nil {
@@ -1001,4 +1004,94 @@ func dumpHistory(ctx context.Context, c client.Client, id string, start time.Tim
 		fmt.Fprintf(f, "%8.3f %s %s\n", e.GetEventTime().AsTime().Sub(start).Seconds(), e.GetEventType(), detail)
 	}
 	fmt.Println("  history in", path)
+}
+
+// bouncerSampler prints, under BENCH_TIMELINE, what PgBouncer's SHOW POOLS
+// said of clients waiting for a server connection, each 250 ms, until
+// stop: the most waiting at once and the longest wait.
+func (s *stack) bouncerSampler() (stop func()) {
+	if s.bouncer == nil || os.Getenv("BENCH_TIMELINE") == "" {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		cfg, err := pgx.ParseConfig(s.bouncer.URL("pgbouncer"))
+		if err != nil {
+			return
+		}
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			fmt.Println("  pgbouncer stats:", err)
+			return
+		}
+		defer conn.Close(context.Background())
+		start := time.Now()
+		var most, samples, waitingSamples int
+		var longest time.Duration
+		var over []string
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			rows, err := conn.Query(ctx, "SHOW POOLS")
+			if err == nil {
+				for rows.Next() {
+					vals, _ := rows.Values()
+					names := rows.FieldDescriptions()
+					var db string
+					var waiting, waitS, waitUs int64
+					for i, f := range names {
+						switch f.Name {
+						case "database":
+							db = fmt.Sprint(vals[i])
+						case "cl_waiting":
+							waiting = asInt(vals[i])
+						case "maxwait":
+							waitS = asInt(vals[i])
+						case "maxwait_us":
+							waitUs = asInt(vals[i])
+						}
+					}
+					if db == "pgbouncer" {
+						continue
+					}
+					w := time.Duration(waitS)*time.Second + time.Duration(waitUs)*time.Microsecond
+					samples++
+					if waiting > 0 {
+						waitingSamples++
+					}
+					most = max(most, int(waiting))
+					longest = max(longest, w)
+					if w > 500*time.Millisecond {
+						over = append(over, fmt.Sprintf("%.1fs@%.0f", w.Seconds(), time.Since(start).Seconds()))
+					}
+				}
+				rows.Close()
+			}
+			select {
+			case <-ctx.Done():
+				fmt.Printf("  pgbouncer: clients waiting in %d of %d samples, at most %d at once; longest wait %.2fs; over 0.5s: %v\n",
+					waitingSamples, samples, most, longest.Seconds(), over)
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+func asInt(v any) int64 {
+	switch n := v.(type) {
+	case int64:
+		return n
+	case int32:
+		return int64(n)
+	case string:
+		i, _ := strconv.ParseInt(n, 10, 64)
+		return i
+	}
+	i, _ := strconv.ParseInt(fmt.Sprint(v), 10, 64)
+	return i
 }

@@ -223,6 +223,7 @@ ignore_startup_parameters = extra_float_digits,jit
 listen_backlog = 4096
 server_tls_sslmode = prefer
 log_connections = 0
+stats_users = ` + up.User + `
 log_disconnections = 0
 `
 	if err := os.WriteFile(users, []byte(userlist), 0o600); err != nil {
