@@ -176,7 +176,30 @@ func (s *stack) startNodes() (_ *nodeSet, err error) {
 		return nil, err
 	}
 	r.campaigns = &control.Campaigns{Client: r.client, Queue: cfg.ControlQueue}
+	if err := waitPolling(ctx, r.client, cfg.ControlQueue, len(r.procs)); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// waitPolling waits (up to a minute) until procs workers poll queue for
+// workflow tasks: a node registers before its Temporal worker starts, and
+// a campaign started then would pay for 48 processes' start-up as if it
+// were the crawl's. A pool is up before its campaigns.
+func waitPolling(ctx context.Context, c client.Client, queue string, procs int) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		d, err := c.DescribeTaskQueue(ctx, queue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
+		if err == nil && len(d.GetPollers()) >= procs {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d processes polling %s: %d after a minute (%v)", procs, queue, len(d.GetPollers()), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // nodeDatabase is the URL the nodes reach the run's database db at:
