@@ -519,9 +519,17 @@ func (f *Fetch) process(h *host, it *item) {
 // settle hands a URL's outcome (or, with back, the URL itself, unfetched)
 // to its campaign's committer.
 func (f *Fetch) settle(it *item, out outcome, back bool) {
-	last := it.host.leave(f.life, it.batch.key)
-	f.commits.add(settlement{f: f, it: it, out: out, back: back, soon: last})
+	near := it.host.gap() < soonBelow // while the campaign's pace still counts
+	soon := it.host.leave(f.life, it.batch.key) && near
+	f.commits.add(settlement{f: f, it: it, out: out, back: back, soon: soon})
 }
+
+// soonBelow is the host spacing under which a host's last URL on the
+// engine is committed within flushSoon: its next URLs must be committed,
+// leased, taken and claimed before its next turn. A host further apart
+// leaves the commit time to gather others (a crawl of many hosts 5 s
+// apart settles every URL as its host's last).
+const soonBelow = 2 * time.Second
 
 // settled books what a chunk's commit kept into the chunk's batches, and
 // completes those with nothing left.

@@ -365,6 +365,13 @@ func (h *host) limitLocked() int {
 
 func (h *host) gapLocked() time.Duration { return spacing(h.delayLocked(), h.learned.Extra) }
 
+// gap is the least time between two starts that applies now.
+func (h *host) gap() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.gapLocked()
+}
+
 // repaceLocked moves the next start back if a stricter delay now applies.
 func (h *host) repaceLocked() {
 	if h.last.IsZero() {
