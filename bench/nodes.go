@@ -423,7 +423,7 @@ func (s *stack) poolRun(p poolPlan, pc poolCampaign, refused *refusals) (poolRes
 		res.TaskTimeouts, res.TaskFailures, cost.TaskTrouble, res.StallSeconds, res.StallAt)
 	printStatementStats(s)
 	if os.Getenv("BENCH_TIMELINE") != "" {
-		printTimeline(web, c.agent, c.start, res.Bound)
+		printTimeline(web, c.agent, c.start, res.Bound, pc.plan.minDelay)
 		dumpHistory(ctx, nodes.client, c.id, c.start, filepath.Join(os.TempDir(), "bench-history-"+strings.ReplaceAll(p.Name, " ", "-")+".txt"))
 		nodes.query(ctx, func(conn *pgx.Conn) error {
 			var lease0, lease1, fetched50, fetched90, depth1first float64
@@ -895,7 +895,7 @@ func printNodes(w io.Writer, nr *nodesRun) {
 // printTimeline prints, under BENCH_TIMELINE=1, the requests the web
 // served each 5 seconds of the campaign, against the bound: where a run
 // lost its time (the start, the end, a stall).
-func printTimeline(web *synthweb.Web, agent string, start time.Time, bound float64) {
+func printTimeline(web *synthweb.Web, agent string, start time.Time, bound float64, delay time.Duration) {
 	buckets, first10 := map[int]int{}, make([]int, 10)
 	last := 0
 	var first time.Duration = math.MaxInt64
@@ -914,7 +914,7 @@ func printTimeline(web *synthweb.Web, agent string, start time.Time, bound float
 		}
 	}
 	fmt.Printf("  first request %.2fs after the start; requests each of the first 10 s: %v\n", first.Seconds(), first10)
-	printGaps(web, agent, start)
+	printGaps(web, agent, start, delay)
 	var parts []string
 	for b := 0; b <= last; b++ {
 		parts = append(parts, fmt.Sprintf("%d", int(100*float64(buckets[b])/(5*bound))))
@@ -926,7 +926,7 @@ func printTimeline(web *synthweb.Web, agent string, start time.Time, bound float
 // host's first request, and its gaps beyond the politeness delay, small
 // (a late timer, up to 100 ms), medium (to 1 s) and long (the host ran
 // out of work).
-func printGaps(web *synthweb.Web, agent string, start time.Time) {
+func printGaps(web *synthweb.Web, agent string, start time.Time, delay time.Duration) {
 	type loss struct {
 		host                string
 		first, end          time.Duration
@@ -947,7 +947,7 @@ func printGaps(web *synthweb.Web, agent string, start time.Time) {
 		slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
 		l := loss{host: h, first: at[0].Sub(start), end: at[len(at)-1].Sub(start)}
 		for i := 1; i < len(at); i++ {
-			over := at[i].Sub(at[i-1]) - time.Second
+			over := at[i].Sub(at[i-1]) - delay
 			switch {
 			case over <= 0:
 			case over <= 100*time.Millisecond:
