@@ -18,9 +18,9 @@ import (
 const (
 	// A committer writes its pending settlements once flushEvery of them
 	// wait, one of them is a hand-back, or the oldest has waited
-	// flushAfter (below): a polite crawl settles a few URLs a second per host and
-	// node, and writing them every flushInterval cost a pool of 48 nodes
-	// 8,800 commits of 4 pages each for 40,000 pages.
+	// flushAfter (below): a polite crawl settles a few URLs a second per
+	// host and node, and writing them every flushInterval cost a pool of
+	// 48 nodes 8,800 commits of 4 pages each for 40,000 pages.
 	flushEvery    = 64
 	flushInterval = 200 * time.Millisecond
 	// flushSoon is how long a settlement that left its host with nothing
@@ -63,7 +63,8 @@ type settlement struct {
 	it   *item
 	out  outcome
 	back bool
-	// soon: it was its host's last URL on the engine (flushSoon).
+	// soon: it was its host's last URL on the engine, and the host's next
+	// turn is under soonBelow away (flushSoon).
 	soon bool
 }
 
