@@ -1082,16 +1082,8 @@ func (s *stack) bouncerSampler() (stop func()) {
 	return func() { cancel(); <-done }
 }
 
+// asInt reads a SHOW POOLS column, whichever type the console sent it as.
 func asInt(v any) int64 {
-	switch n := v.(type) {
-	case int64:
-		return n
-	case int32:
-		return int64(n)
-	case string:
-		i, _ := strconv.ParseInt(n, 10, 64)
-		return i
-	}
 	i, _ := strconv.ParseInt(fmt.Sprint(v), 10, 64)
 	return i
 }

@@ -156,7 +156,7 @@ func (p *Postgres) start(ctx context.Context) error {
 	// lease plans for an empty table. Autovacuum looks every 2 s, not
 	// every minute: 48 nodes on a new database crawled at 0.86 to 0.87 of
 	// the bound in half their runs (leases of 0.5 to 1.9 s for the first
-	// 40 s), at 0.90 to 0.92 in every run with it (docs/postgres.md).
+	// 40 s), at 0.894 to 0.908 in three runs with it (docs/postgres.md).
 	cmd := p.command(context.WithoutCancel(ctx), "postgres", "-D", p.opts.Dir, "-p", strconv.Itoa(p.opts.Port),
 		"-k", p.opts.Dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off", "-c", "max_connections="+strconv.Itoa(p.opts.MaxConnections),
