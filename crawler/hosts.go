@@ -395,9 +395,10 @@ func (h *host) setCrawlDelay(d time.Duration) {
 }
 
 // spacing is the least time between two starts for a delay and an extra
-// back-off (politeness.Spacing). Gaps count from when a request was on the wire
-// (see observe), so time a busy node takes to send one never shortens the
-// next gap.
+// back-off (politeness.Spacing). A start spaces the next one by it, and
+// the evidence that the host had the request (reached, observe) pushes
+// the next start to a gap after that evidence: time a busy node or host
+// takes to send or take in a request never shortens the next gap.
 func spacing(delay, extra time.Duration) time.Duration { return politeness.Spacing(delay + extra) }
 
 // turn waits for the host's claim, a concurrency slot and the host's pace,

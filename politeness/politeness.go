@@ -12,14 +12,20 @@ import (
 	"time"
 )
 
-// Spacing is the least time between two starts of requests to a host that
-// a delay makes: the delay with a margin of 0.5% and 10 ms, for the jitter
-// between a request leaving a node and the host taking it in.
+// Spacing is the least time a delay makes between evidence that a host
+// had a request (its answer's first byte, or the failure of a request
+// written and never answered: fetch.Response.ReachedBy) and the start of
+// the next one. That evidence comes after the host took the request in,
+// and the next request reaches it after it starts, so the host sees at
+// least the delay whatever the network's jitter; the margin of 0.1% is
+// for two machines' clocks running at different rates (NTP slews a clock
+// by at most 0.05%). A start a request never followed (it was not sent)
+// spaces the next one by as much.
 func Spacing(delay time.Duration) time.Duration {
 	if delay <= 0 {
 		return 0
 	}
-	return delay + delay/200 + 10*time.Millisecond
+	return delay + delay/1000
 }
 
 // Pace is what is known of how fast a host may be fetched.

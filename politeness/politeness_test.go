@@ -70,12 +70,23 @@ func TestRetryAfterPauses(t *testing.T) {
 	}
 }
 
-func TestSpacingHasMargin(t *testing.T) {
+// TestSpacingCoversClocksAndNoMore: gaps count from evidence that the
+// host had the previous request (its answer's first byte), so the margin
+// need only cover two machines' clocks running at different rates (NTP
+// slews a clock by at most 0.05%). Anything more is a host's rate given
+// away on every request: 15 ms a second was 1.4% of a polite campaign.
+func TestSpacingCoversClocksAndNoMore(t *testing.T) {
 	if Spacing(0) != 0 {
 		t.Fatal("no delay must mean no spacing")
 	}
-	if got := Spacing(time.Second); got < time.Second+10*time.Millisecond {
-		t.Fatalf("Spacing(1s) = %v, want a margin over a second", got)
+	for _, d := range []time.Duration{time.Second, 5 * time.Second, 250 * time.Millisecond} {
+		got := Spacing(d)
+		if slew := d / 2000; got < d+slew {
+			t.Errorf("Spacing(%v) = %v, want at least the delay and a clock slew of %v", d, got, slew)
+		}
+		if most := d + d/500; got > most {
+			t.Errorf("Spacing(%v) = %v, want at most %v: the margin costs the host's rate", d, got, most)
+		}
 	}
 }
 
