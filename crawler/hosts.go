@@ -210,6 +210,7 @@ type host struct {
 	learned    politeness.Adaptive    // extra delay and time to answer, from its answers
 	next       time.Time              // earliest start of the next request
 	last       time.Time              // start of the latest request
+	reachedAt  time.Time              // when the host surely had the latest request it answered (see reached)
 	active     int                    // requests started and not done
 	// unanchored counts the requests started whose anchor (when the host
 	// surely had them, fetch.Response.ReachedBy) is not known yet: with a
@@ -372,12 +373,18 @@ func (h *host) gap() time.Duration {
 	return h.gapLocked()
 }
 
-// repaceLocked moves the next start back if a stricter delay now applies.
+// repaceLocked moves the next start back if a stricter delay now applies,
+// counted from the latest evidence that the host had a request, or from
+// the latest start when that is later (a request not yet answered).
 func (h *host) repaceLocked() {
-	if h.last.IsZero() {
+	from := h.last
+	if h.reachedAt.After(from) {
+		from = h.reachedAt
+	}
+	if from.IsZero() {
 		return
 	}
-	if n := h.last.Add(h.gapLocked()); n.After(h.next) {
+	if n := from.Add(h.gapLocked()); n.After(h.next) {
 		h.next = n
 	}
 }
@@ -570,6 +577,9 @@ func (h *host) reached(at time.Time) {
 func (h *host) anchorLocked(at time.Time) {
 	if at.IsZero() {
 		return
+	}
+	if at.After(h.reachedAt) {
+		h.reachedAt = at
 	}
 	if n := at.Add(h.gapLocked()); n.After(h.next) {
 		h.next = n

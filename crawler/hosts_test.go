@@ -110,3 +110,27 @@ func TestNoTurnWhileARequestIsUnanchored(t *testing.T) {
 		}
 	}
 }
+
+// TestStricterDelayCountsFromWhenTheHostHadTheRequest: a robots.txt
+// fetched with no delay that asks for a Crawl-delay paces the next request
+// from when the host surely had the robots.txt request (its answer's first
+// byte), not from when the request started: the host took it in later, by
+// as long as the request took to reach it.
+func TestStricterDelayCountsFromWhenTheHostHadTheRequest(t *testing.T) {
+	h := testHost()
+	h.enter(1, 0, 1)
+	start := time.Now().Add(-time.Minute) // fixed instants: no clock is read below
+	reached := start.Add(40 * time.Millisecond)
+	h.mu.Lock()
+	h.last, h.next, h.unanchored = start, start, 1
+	h.mu.Unlock()
+	h.reached(reached)
+	h.setCrawlDelay(time.Second)
+	h.mu.Lock()
+	next := h.next
+	h.mu.Unlock()
+	if want := reached.Add(time.Second); next.Before(want) {
+		t.Fatalf("next start %v after the robots.txt request reached the host; want at least a second",
+			next.Sub(reached))
+	}
+}

@@ -39,6 +39,12 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 
 func fromMs(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
 
+// msUp is d in whole milliseconds, rounded up: a host's next start handed
+// from one holder to the next through Postgres may come late, never early.
+func msUp(d time.Duration) int64 {
+	return (d + time.Millisecond - 1).Milliseconds()
+}
+
 // ClaimHost makes holder the one fetching from a host until ttl passes
 // without a renewal: a holder that died lets go after its ttl. A refused
 // claim marks the host wanted, so its holder shares it (see RenewHosts).
@@ -50,7 +56,7 @@ func (s *Store) ClaimHost(ctx context.Context, shardKey, holder string, ttl time
 		ON CONFLICT (shard_key) DO UPDATE SET claim_holder = EXCLUDED.claim_holder, claim_until = EXCLUDED.claim_until,
 			wanted_until = CASE WHEN s.claim_holder = EXCLUDED.claim_holder THEN s.wanted_until END
 		WHERE s.claim_holder IS NULL OR s.claim_holder = EXCLUDED.claim_holder OR s.claim_until < now()
-		RETURNING (extract(epoch FROM greatest(s.next_allowed_at, now()) - now()) * 1000)::bigint,
+		RETURNING ceil(extract(epoch FROM greatest(s.next_allowed_at, now()) - now()) * 1000)::bigint,
 		          s.extra_delay_ms, s.latency_ms`,
 		shardKey, holder, ms(ttl)).Scan(&waitMs, &extraMs, &latencyMs)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -133,7 +139,7 @@ func (s *Store) ReleaseHost(ctx context.Context, holder string, h HeldHost) erro
 func heldColumns(hosts []HeldHost) (keys []string, next []int64, extra, interval, latency []int32) {
 	for _, h := range hosts {
 		keys = append(keys, h.ShardKey)
-		next = append(next, ms(h.NextIn))
+		next = append(next, msUp(h.NextIn)) // never earlier than the holder's next start
 		extra = append(extra, int32(ms(h.ExtraDelay)))
 		interval = append(interval, int32(ms(h.Interval)))
 		latency = append(latency, int32(ms(h.Latency)))
