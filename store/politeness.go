@@ -129,7 +129,7 @@ func (s *Store) ReleaseHost(ctx context.Context, holder string, h HeldHost) erro
 			next_allowed_at = greatest(next_allowed_at, now() + $3::bigint * interval '1 millisecond'),
 			extra_delay_ms = $4, interval_ms = $5, latency_ms = $6
 		WHERE shard_key = $1 AND claim_holder = $2`,
-		h.ShardKey, holder, ms(h.NextIn), ms(h.ExtraDelay), ms(h.Interval), ms(h.Latency))
+		h.ShardKey, holder, msUp(h.NextIn), ms(h.ExtraDelay), ms(h.Interval), ms(h.Latency))
 	if err != nil {
 		return fmt.Errorf("release host %s: %w", h.ShardKey, err)
 	}
