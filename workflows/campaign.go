@@ -181,6 +181,8 @@ type dispatcher struct {
 	leaseRun       int64
 	// releaseFailedBatches: see processorsChange, version 9.
 	releaseFailedBatches bool
+	// countWakesProcessors: see processorsChange, version 10.
+	countWakesProcessors bool
 	// handOnSince: when continue-as-new began waiting for processor
 	// batches (see processorsHandedOn).
 	handOnSince time.Time

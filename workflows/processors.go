@@ -28,14 +28,18 @@ import (
 // go back to pending with the next child's lease
 // (DeliveryLeaseRequest.Release), and the processor is not done while they
 // wait: before, they were stranded, the processor looked dry and the
-// campaign completed without them.
+// campaign completed without them. From version 10 a frontier lease that
+// counts pages waiting for a processor wakes it if it found none (and ends
+// its linger if they fill a batch): in a pool run the looks at the figures,
+// seconds apart, were its only news of pages, and the frontier, held back
+// by max_pending, waited for them too.
 const processorsChange = "processors"
 
 // Versions of processorsChange: the oldest this code runs, and the
 // latest, which new runs take.
 const (
 	minProcessorsVersion = 8
-	maxProcessorsVersion = 9
+	maxProcessorsVersion = 10
 )
 
 // handOnWait is how long continue-as-new waits for the processors'
@@ -97,6 +101,7 @@ func (d *dispatcher) setUpProcessors(carried []campaign.ProcessorStatus) {
 		retired(processorsChange, v)
 	}
 	d.releaseFailedBatches = v >= 9
+	d.countWakesProcessors = v >= 10
 	// A lease's high bits name the run (see campaign.LeaseRun): a hash of
 	// its run ID, unique even when a campaign is started again under its ID.
 	d.leaseRun = int64(xxhash.Sum64String(workflow.GetInfo(d.ctx).WorkflowExecution.RunID) >> 33)
@@ -139,11 +144,20 @@ func (d *dispatcher) processorsDone() bool {
 }
 
 // processorsWaiting takes the pages waiting per processor that a frontier
-// lease counted (none in histories from before it did).
+// lease counted (none in histories from before it did): news of pages for
+// a processor that found none, and a full batch for one lingering.
 func (d *dispatcher) processorsWaiting(waiting map[string]int) {
 	for _, p := range d.procs {
-		if n, ok := waiting[p.spec.Name]; ok {
-			p.counted(n)
+		n, ok := waiting[p.spec.Name]
+		if !ok {
+			continue
+		}
+		p.counted(n)
+		if d.countWakesProcessors && n > 0 {
+			p.dry = false
+			if n >= p.spec.BatchSize {
+				p.lingerUntil = time.Time{}
+			}
 		}
 	}
 }

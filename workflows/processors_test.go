@@ -195,3 +195,78 @@ func TestProcessorsKeepTheirPagesInChunks(t *testing.T) {
 		mu.Unlock()
 	}
 }
+
+// TestDryProcessorLeasesWhenAFrontierLeaseCountsItsPages: a processor
+// whose last batch found nothing waits for news of pages. In a pool run a
+// frontier lease that counts pages waiting for it is such news: the
+// processor leases them before the next look at the figures, and the
+// frontier (held back by max_pending) does not wait for that look.
+func TestDryProcessorLeasesWhenAFrontierLeaseCountsItsPages(t *testing.T) {
+	f := newFakeCluster(20, 10, alive("n1", 1))
+	env := newEnv(t, f)
+	type event struct {
+		lease   bool // a frontier lease (else a processor's lease)
+		counted int  // pages the frontier lease counted waiting
+		looks   int  // looks at the figures before it
+	}
+	var events []event
+	f.leaseGate = func(campaign.LeaseHostsRequest) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		events = append(events, event{lease: true, counted: f.procWaiting["p"], looks: len(f.progress)})
+	}
+	waiting := -1 // pages waiting for p; -1 until its first batch found none
+	env.SetOnChildWorkflowCompletedListener(func(*workflow.Info, converter.EncodedValue, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if waiting < 0 { // the processor is dry; from now on the frontier counts 20 pages for it
+			waiting = 20
+			f.procWaiting = map[string]int{"p": waiting}
+		}
+	})
+	page := func(id int) campaign.ProcessPage { return campaign.ProcessPage{Key: fmt.Sprintf("c/%d", id)} }
+	reg := func(fn any, name string) { env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name}) }
+	reg(func(_ context.Context, req campaign.DeliveryLeaseRequest) (campaign.DeliveryLease, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		events = append(events, event{looks: len(f.progress)})
+		var l campaign.DeliveryLease
+		for range min(max(waiting, 0), 10) {
+			l.IDs = append(l.IDs, int64(waiting))
+			l.Request.Pages = append(l.Request.Pages, page(waiting))
+			waiting--
+		}
+		if waiting >= 0 {
+			l.Waiting = waiting
+			f.procWaiting = map[string]int{"p": waiting}
+		}
+		return l, nil
+	}, campaign.LeaseDeliveriesActivity)
+	reg(func(context.Context, campaign.ProcessRequest) (campaign.ProcessResult, error) {
+		return campaign.ProcessResult{}, nil
+	}, "proc")
+	reg(func(_ context.Context, req campaign.StoreProcessedRequest) (campaign.StoreProcessedResult, error) {
+		return campaign.StoreProcessedResult{Processed: len(req.IDs)}, nil
+	}, campaign.StoreProcessedActivity)
+
+	spec := testSpec()
+	spec.Processors = []campaign.Processor{{Name: "p", TaskQueue: "procs", Activity: "proc", BatchSize: 10, Window: 2, MaxPending: 20}}
+	run(t, env, spec)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, e := range events {
+		if !e.lease || e.counted == 0 {
+			continue
+		}
+		for _, next := range events[i+1:] {
+			if !next.lease {
+				if next.looks > e.looks {
+					t.Errorf("the processor leased after %d looks at the figures, want none after the lease that counted its %d pages", next.looks-e.looks, e.counted)
+				}
+				return
+			}
+		}
+		t.Fatalf("no processor lease after a frontier lease counted %d pages waiting", e.counted)
+	}
+	t.Fatal("no frontier lease counted pages waiting for the processor")
+}
