@@ -29,8 +29,9 @@ import (
 // (DeliveryLeaseRequest.Release), and the processor is not done while they
 // wait: before, they were stranded, the processor looked dry and the
 // campaign completed without them. From version 10 a frontier lease that
-// counts pages waiting for a processor wakes it if it found none (and ends
-// its linger if they fill a batch): in a pool run the looks at the figures,
+// counts pages waiting for a processor wakes it if it found none (and, if
+// they fill a batch, ends its linger and its wait for the batches beside a
+// batch that found them held): in a pool run the looks at the figures,
 // seconds apart, were its only news of pages, and the frontier, held back
 // by max_pending, waited for them too.
 const processorsChange = "processors"
@@ -156,7 +157,7 @@ func (d *dispatcher) processorsWaiting(waiting map[string]int) {
 		if d.countWakesProcessors && n > 0 {
 			p.dry = false
 			if n >= p.spec.BatchSize {
-				p.lingerUntil = time.Time{}
+				p.lingerUntil, p.heldBeside = time.Time{}, false
 			}
 		}
 	}

@@ -270,3 +270,44 @@ func TestDryProcessorLeasesWhenAFrontierLeaseCountsItsPages(t *testing.T) {
 	}
 	t.Fatal("no frontier lease counted pages waiting for the processor")
 }
+
+// TestACountOfABatchWaitingEndsAProcessorsWait: a frontier lease that
+// counts a batch's worth of pages waiting for a processor starts a batch
+// for it whatever it was waiting on (a look that found nothing, a linger
+// to fill its next batch, or the batches beside one that found the pages
+// held); fewer pages wake only one that found nothing. Runs from before
+// processors version 10 keep waiting.
+func TestACountOfABatchWaitingEndsAProcessorsWait(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, c := range []struct {
+		name                string
+		dry, lingering      bool
+		held                bool
+		counted, v10, batch int // batch: batches out
+		want                int
+	}{
+		{name: "dry, a batch counted", dry: true, counted: 10, v10: 1, want: 1},
+		{name: "dry, a page counted", dry: true, counted: 1, v10: 1, want: 1},
+		{name: "lingering, a batch counted", lingering: true, counted: 10, v10: 1, batch: 1, want: 1},
+		{name: "lingering, a page counted", lingering: true, counted: 1, v10: 1, batch: 1, want: 0},
+		{name: "held beside, a batch counted", held: true, counted: 10, v10: 1, batch: 1, want: 1},
+		{name: "held beside, a page counted", held: true, counted: 1, v10: 1, batch: 1, want: 0},
+		{name: "dry, a batch counted, version 9", dry: true, counted: 10},
+		{name: "lingering, a batch counted, version 9", lingering: true, counted: 10, batch: 1},
+		{name: "held beside, a batch counted, version 9", held: true, counted: 10, batch: 1},
+	} {
+		p := &processor{spec: campaign.Processor{Name: "p", BatchSize: 10, Window: 4}, dry: c.dry, heldBeside: c.held, batches: c.batch}
+		if c.lingering {
+			p.lingerUntil = now.Add(processorLinger)
+		}
+		d := &dispatcher{procs: []*processor{p}, countWakesProcessors: c.v10 == 1}
+		d.processorsWaiting(map[string]int{"p": c.counted})
+		got := 0
+		if !now.Before(p.lingerUntil) {
+			got = p.batchesToStart(now)
+		}
+		if got != c.want {
+			t.Errorf("%s: %d batches started, want %d", c.name, got, c.want)
+		}
+	}
+}
