@@ -145,8 +145,9 @@ func (d *dispatcher) processorsDone() bool {
 }
 
 // processorsWaiting takes the pages waiting per processor that a frontier
-// lease counted (none in histories from before it did): news of pages for
-// a processor that found none, and a full batch for one lingering.
+// lease counted (none in histories from before it did). From version 10
+// the count is news of pages for a processor that found none and, when it
+// fills a batch, for one lingering or waiting on the batches beside it.
 func (d *dispatcher) processorsWaiting(waiting map[string]int) {
 	for _, p := range d.procs {
 		n, ok := waiting[p.spec.Name]
