@@ -432,10 +432,18 @@ func (f *Fetch) queueLocked(shard string) *hostQueue {
 
 func (q *hostQueue) push(it *item) {
 	k := it.batch.key
-	if len(q.byCampaign[k]) == 0 {
+	items := q.byCampaign[k]
+	if len(items) == 0 {
 		q.order = append(q.order, k)
 	}
-	q.byCampaign[k] = append(q.byCampaign[k], it)
+	// In batch order, whatever order the batches were claimed in (a
+	// process claims several at once): a node's batches share their
+	// hosts, and end in turn only if each host runs them in turn.
+	i := len(items)
+	for i > 0 && items[i-1].batch.req.Batch > it.batch.req.Batch {
+		i--
+	}
+	q.byCampaign[k] = slices.Insert(items, i, it)
 }
 
 // pop takes the next URL, from the next campaign in turn; nil when none

@@ -3,9 +3,11 @@ package crawler
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/spiderpool/spiderpool/campaign"
 	"github.com/spiderpool/spiderpool/fetch"
 	"github.com/spiderpool/spiderpool/store"
 )
@@ -132,5 +134,26 @@ func TestStricterDelayCountsFromWhenTheHostHadTheRequest(t *testing.T) {
 	if want := reached.Add(time.Second); next.Before(want) {
 		t.Fatalf("next start %v after the robots.txt request reached the host; want at least a second",
 			next.Sub(reached))
+	}
+}
+
+// TestAHostRunsItsBatchesInTurn: a host's URLs come off its queue in
+// batch order, whatever order the batches were claimed in.
+func TestAHostRunsItsBatchesInTurn(t *testing.T) {
+	q := &hostQueue{byCampaign: map[int64][]*item{}}
+	b1 := &batch{key: 7, req: campaign.FetchBatchRequest{Batch: 1}}
+	b2 := &batch{key: 7, req: campaign.FetchBatchRequest{Batch: 2}}
+	for _, it := range []*item{
+		{url: store.ClaimedURL{ID: 21}, batch: b2}, {url: store.ClaimedURL{ID: 22}, batch: b2},
+		{url: store.ClaimedURL{ID: 11}, batch: b1}, {url: store.ClaimedURL{ID: 12}, batch: b1},
+	} {
+		q.push(it)
+	}
+	var got []int64
+	for it := q.pop(); it != nil; it = q.pop() {
+		got = append(got, it.url.ID)
+	}
+	if !slices.Equal(got, []int64{11, 12, 21, 22}) {
+		t.Fatalf("popped %v, want batch 1's URLs (11, 12) first, then batch 2's", got)
 	}
 }

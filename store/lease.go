@@ -487,31 +487,63 @@ func leaseRows(ctx context.Context, tx pgx.Tx, p HostLeaseParams, leaseID, budge
 	return fresh, byHost, nil
 }
 
-// batches cuts what was leased into batches of at most size URLs per node,
-// a host's URLs in ID order; a host is split only at a batch's end.
+// batches cuts what was leased into batches of at most size URLs per node.
+// A node's batches share its hosts: the first holds the first part of
+// every host's URLs, the next the next part, and so on (a host's URLs in
+// ID order throughout). A node runs its hosts side by side, and each host
+// its URLs in batch order (see hostQueue.push), so its batches end one
+// after another, each end making room for the next lease while the
+// others run. Cut host by host, they ran side by side and ended together:
+// the node's window emptied before a lease, a look of the workflow's every
+// half second or so, could fill it again.
 func (plan leasePlan) batches(leased map[int64][]int64, size int) []campaign.NodeBatch {
 	var out []campaign.NodeBatch
-	var cur *campaign.NodeBatch
-	n := 0
-	for _, t := range plan.takes {
+	for start := 0; start < len(plan.takes); {
+		node := plan.takes[start].node
+		end := start
+		for end < len(plan.takes) && plan.takes[end].node == node {
+			end++
+		}
+		out = append(out, nodeBatches(node, plan.takes[start:end], leased, size)...)
+		start = end
+	}
+	return out
+}
+
+// nodeBatches cuts one node's takes into batches of at most size URLs,
+// each host's URLs spread over them in order: a URL goes by how far into
+// its host's URLs it stands.
+func nodeBatches(node string, takes []hostTake, leased map[int64][]int64, size int) []campaign.NodeBatch {
+	type place struct {
+		at   float64 // how far into its host's URLs, 0 to 1
+		take int     // its host's place in the walk
+		id   int64
+	}
+	var places []place
+	for i, t := range takes {
 		ids := leased[t.hostID]
 		slices.Sort(ids)
-		if cur != nil && cur.Node != t.node {
-			cur = nil
-		}
-		for len(ids) > 0 {
-			if cur == nil || n == size {
-				out = append(out, campaign.NodeBatch{Node: t.node})
-				cur, n = &out[len(out)-1], 0
-			}
-			k := min(len(ids), size-n)
-			cur.Groups = append(cur.Groups, campaign.LeaseGroup{ShardKey: t.key, IDs: ids[:k]})
-			n += k
-			ids = ids[k:]
+		for j, id := range ids {
+			places = append(places, place{at: float64(j) / float64(len(ids)), take: i, id: id})
 		}
 	}
-	for i := range out {
-		slices.SortFunc(out[i].Groups, func(a, b campaign.LeaseGroup) int { return cmp.Compare(a.ShardKey, b.ShardKey) })
+	slices.SortFunc(places, func(a, b place) int {
+		return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.take, b.take))
+	})
+	var out []campaign.NodeBatch
+	for len(places) > 0 {
+		cut := places[:min(size, len(places))]
+		places = places[len(cut):]
+		byHost := map[int][]int64{}
+		for _, pl := range cut {
+			byHost[pl.take] = append(byHost[pl.take], pl.id)
+		}
+		b := campaign.NodeBatch{Node: node}
+		for i, ids := range byHost {
+			b.Groups = append(b.Groups, campaign.LeaseGroup{ShardKey: takes[i].key, IDs: ids})
+		}
+		slices.SortFunc(b.Groups, func(a, b campaign.LeaseGroup) int { return cmp.Compare(a.ShardKey, b.ShardKey) })
+		out = append(out, b)
 	}
 	return out
 }
