@@ -215,17 +215,8 @@ func runNodes(args []string) error {
 		}
 	}
 	refused := &refusals{}
-	var pgLog io.Writer = refused
-	if path := os.Getenv("BENCH_PG_LOG"); path != "" { // Postgres's log too, for auto_explain and the like
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		pgLog = io.MultiWriter(refused, f)
-	}
 	st, err := startStackWith(*bin, nodePlan{}, stackOptions{
-		pgSettings: append([]string{"max_connections=100"}, strings.Fields(os.Getenv("BENCH_PG_SETTINGS"))...), pgbouncer: true, pgOutput: pgLog,
+		pgSettings: []string{"max_connections=100"}, pgbouncer: true, pgOutput: refused,
 	})
 	if err != nil {
 		return err

@@ -16,10 +16,9 @@ import (
 const envStatementStats = "BENCH_PG_STATS"
 
 func statementStatsSettings() []string {
-	var out []string
-	if extra := os.Getenv("BENCH_PG_SETTINGS"); extra != "" { // name=value,...: an experiment's server settings
-		out = strings.Split(extra, ",")
-	}
+	// BENCH_PG_SETTINGS: an experiment's server settings, name=value each,
+	// separated by commas or spaces.
+	out := strings.FieldsFunc(os.Getenv("BENCH_PG_SETTINGS"), func(r rune) bool { return r == ',' || r == ' ' })
 	if os.Getenv(envStatementStats) == "" {
 		return out
 	}

@@ -35,6 +35,7 @@ type stack struct {
 	temporal *devstack.Temporal
 	// bouncer, when set, fronts pg: the nodes reach Postgres through it.
 	bouncer *devstack.PgBouncer
+	pgLog   *os.File // BENCH_PG_LOG's file, if set
 	bin     string
 	nodes   nodePlan
 	runs    int
@@ -86,8 +87,18 @@ func startStackWith(bin string, nodes nodePlan, o stackOptions) (*stack, error) 
 		return nil, err
 	}
 	s := &stack{dir: dir, bin: bin, nodes: nodes}
-	settings := append(statementStatsSettings(), o.pgSettings...)
-	if s.pg, err = devstack.StartPostgres(ctx, devstack.PostgresOptions{Settings: settings, Output: o.pgOutput}); err != nil {
+	settings := append(o.pgSettings, statementStatsSettings()...)
+	pgOut := o.pgOutput
+	if path := os.Getenv("BENCH_PG_LOG"); path != "" { // Postgres's log too, for auto_explain and the like
+		if s.pgLog, err = os.Create(path); err != nil {
+			return nil, err
+		}
+		pgOut = s.pgLog
+		if o.pgOutput != nil {
+			pgOut = io.MultiWriter(o.pgOutput, s.pgLog)
+		}
+	}
+	if s.pg, err = devstack.StartPostgres(ctx, devstack.PostgresOptions{Settings: settings, Output: pgOut}); err != nil {
 		return nil, err
 	}
 	if o.pgbouncer {
@@ -115,6 +126,9 @@ func (s *stack) stopDatabase() {
 		s.bouncer.Stop()
 	}
 	s.pg.Stop()
+	if s.pgLog != nil {
+		s.pgLog.Close()
+	}
 }
 
 func (s *stack) stop() {
