@@ -88,6 +88,9 @@ type FetchOptions struct {
 	// Holder is this process's token on the frontier rows it claims
 	// (store.HolderToken); the node's registry heartbeat keeps it alive.
 	Holder string
+	// Live says how long the heartbeat keeps Holder alive; the engine
+	// starts no request past it. Nil: always alive.
+	Live *Liveness
 	// Metrics records crawl metrics; nil records none.
 	Metrics *metrics.Crawl
 	// Archive receives every fetched page as WARC records before it is
@@ -115,7 +118,7 @@ func NewFetch(node string, st *store.Store, f *fetch.Fetcher, o FetchOptions, lo
 		node: node, holder: o.Holder, store: st, fetcher: f, pages: cmp.Or[PageFetcher](o.Pages, f), log: log,
 		commits: commits, ownCommits: own,
 		slots:   slots,
-		hosts:   newHostTable(o.Holder, st, log),
+		hosts:   newHostTable(o.Holder, o.Live, st, log),
 		robots:  newRobotsCache(st, f, slots, log),
 		rules:   &rulesCache{store: st, byKey: map[int64]*rules{}},
 		metrics: o.Metrics,

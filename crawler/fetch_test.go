@@ -88,13 +88,20 @@ func (e *batchEnds) await(t *testing.T, name string) completion {
 // startFetch runs a node's engine, registered so its holder token is alive.
 func startFetch(t *testing.T, s *store.Store, node string) (*crawler.Fetch, *batchEnds) {
 	t.Helper()
+	return startFetchLive(t, s, node, nil)
+}
+
+// startFetchLive is startFetch with the engine's holder token kept alive as
+// live says (nil: always).
+func startFetchLive(t *testing.T, s *store.Store, node string, live *crawler.Liveness) (*crawler.Fetch, *batchEnds) {
+	t.Helper()
 	reg := store.Registration{ID: node, Weight: 1, Queue: campaign.NodeQueue(node), Incarnation: "1", TTL: time.Hour}
 	if err := s.RegisterNode(context.Background(), reg); err != nil {
 		t.Fatal(err)
 	}
 	tmp := newBatchEnds()
 	f := crawler.NewFetch(node, s, fetch.New(4, fetch.Guard{AllowPrivate: true}), crawler.FetchOptions{
-		Concurrency: 8, Holder: store.HolderToken(node, "1"), Done: tmp.ended,
+		Concurrency: 8, Holder: store.HolderToken(node, "1"), Live: live, Done: tmp.ended,
 	}, quiet)
 	f.Start()
 	t.Cleanup(func() {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spiderpool/spiderpool/campaign"
+	"github.com/spiderpool/spiderpool/crawler"
 	"github.com/spiderpool/spiderpool/store"
 	"github.com/spiderpool/spiderpool/tests/harness"
 )
@@ -66,6 +67,36 @@ func TestURLTakenAgainByItsHolderIsNotStranded(t *testing.T) {
 	defer site.mu.Unlock()
 	if n := len(site.times); n != 1 {
 		t.Fatalf("site served %d requests, want 1 (the URL fetched before the lapse)", n)
+	}
+}
+
+// TestNodeWithALateHeartbeatFetchesNothing: a process whose registry
+// heartbeat has not been taken for most of its TTL (Postgres too busy)
+// may have lost its holder token. Leases then return what it claimed to
+// pending and route it to other nodes, which fetch it: the process must
+// not fetch it as well. It hands its URLs back instead, and they are
+// fetched once, by whoever leases them next.
+func TestNodeWithALateHeartbeatFetchesNothing(t *testing.T) {
+	s := harness.OpenStore(t)
+	ctx := context.Background()
+	site := newPoliteSite(t)
+	req := leasedBatch(t, s, site, "late", "n1", 3, campaign.Politeness{IgnoreRobots: true})
+	live := &crawler.Liveness{}
+	live.Beat(time.Now().Add(-time.Minute), 15*time.Second) // the last beat Postgres took
+	f, tmp := startFetchLive(t, s, "n1", live)
+	if _, pending, err := tmp.accept(ctx, f, req, "late"); err != nil || !pending {
+		t.Fatalf("accept: pending %v, %v", pending, err)
+	}
+	if c := tmp.await(t, "late"); c.err != nil || c.result.Fetched != 0 || c.result.Released != 3 {
+		t.Fatalf("batch ended %+v (%v), want its 3 URLs handed back, none fetched", c.result, c.err)
+	}
+	if st := states(t, s, req.CampaignKey); st[store.Pending] != 3 {
+		t.Fatalf("frontier %v, want the 3 URLs pending again", st)
+	}
+	site.mu.Lock()
+	defer site.mu.Unlock()
+	if n := len(site.times); n != 0 {
+		t.Fatalf("site served %d requests, want none", n)
 	}
 }
 

@@ -201,6 +201,7 @@ type nodeRun struct {
 
 	controlWorker worker.Worker
 	regs          []store.Registration
+	lives         []*crawler.Liveness // each identity's holder token, as its heartbeats keep it
 	engines       []*crawler.Fetch
 	puller        *crawler.Puller
 	commits       *crawler.Commits
@@ -250,14 +251,16 @@ func (r *nodeRun) buildEngines(f *fetch.Fetcher, b *render.Browser, m *metrics.R
 	r.commits = crawler.NewCommits(r.st, m.Crawl, r.log)
 	r.regs = make([]store.Registration, len(r.ids))
 	r.engines = make([]*crawler.Fetch, len(r.ids))
+	r.lives = make([]*crawler.Liveness, len(r.ids))
 	for i, id := range r.ids {
 		r.regs[i] = store.Registration{
 			ID: id, Weight: n.Weight, Queue: campaign.NodeQueue(id), Version: Version,
 			Incarnation: incarnation(), TTL: n.TTL, BodiesAddr: hl.bodiesAddr, MetricsAddr: hl.metricsAddr, Capabilities: caps,
 		}
 		holder := store.HolderToken(id, r.regs[i].Incarnation)
+		r.lives[i] = &crawler.Liveness{}
 		opts := crawler.FetchOptions{
-			Concurrency: n.FetchConcurrency, Holder: holder, Metrics: m.Crawl, Archive: arch, Done: r.puller.Done,
+			Concurrency: n.FetchConcurrency, Holder: holder, Live: r.lives[i], Metrics: m.Crawl, Archive: arch, Done: r.puller.Done,
 			Commits: r.commits, Pages: pages,
 		}
 		r.engines[i] = crawler.NewFetch(id, r.st, f, opts, r.log)
@@ -268,10 +271,12 @@ func (r *nodeRun) buildEngines(f *fetch.Fetcher, b *render.Browser, m *metrics.R
 // start registers the node identities, starts their engines, the puller
 // and the workers, then the heartbeat, sweep and policy loops.
 func (r *nodeRun) start(ctx context.Context) error {
-	for _, reg := range r.regs {
+	for i, reg := range r.regs {
+		sent := time.Now()
 		if err := r.st.RegisterNode(ctx, reg); err != nil {
 			return err
 		}
+		r.lives[i].Beat(sent, reg.TTL)
 	}
 	for _, e := range r.engines {
 		e.Start()
@@ -282,7 +287,10 @@ func (r *nodeRun) start(ctx context.Context) error {
 	}
 	n := r.cfg.Node
 	r.loops.Add(3)
-	go func() { defer r.loops.Done(); heartbeat(r.life, r.st, r.tc, r.regs, n.HeartbeatInterval, r.log) }()
+	go func() {
+		defer r.loops.Done()
+		heartbeat(r.life, r.st, r.tc, r.regs, r.lives, n.HeartbeatInterval, r.log)
+	}()
 	go func() { defer r.loops.Done(); sweepEnded(r.life, r.st, r.tc, r.ids, n.EndedSweep, r.log) }()
 	go func() { defer r.loops.Done(); crawler.WatchPolicies(r.life, r.st, r.engines) }()
 	r.log.Info("node started", "identities", len(r.ids), "queue", r.regs[0].Queue, "weight", n.Weight,
@@ -470,7 +478,8 @@ func serve(lc fx.Lifecycle, l net.Listener, h http.Handler, log *slog.Logger, pa
 // tokens live on as long as it reaches Postgres, so what it holds is
 // finished, not fetched twice. A shorter outage of Temporal (a restart)
 // changes nothing.
-func heartbeat(ctx context.Context, st *store.Store, tc client.Client, regs []store.Registration, every time.Duration, log *slog.Logger) {
+func heartbeat(ctx context.Context, st *store.Store, tc client.Client, regs []store.Registration, lives []*crawler.Liveness,
+	every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	ids := make([]string, len(regs))
@@ -500,12 +509,31 @@ func heartbeat(ctx context.Context, st *store.Store, tc client.Client, regs []st
 			log.Warn("Temporal unreachable; campaigns move this node's hosts elsewhere until it is back",
 				"since", unreachableSince.Format(time.RFC3339), "error", err)
 		}
+		sent := time.Now()
 		lost, err := st.HeartbeatNodes(ctx, ids, incarnations, canWork)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			log.Warn("registry heartbeat failed", "error", err)
-		case len(lost) > 0:
-			log.Warn("registry heartbeat: another process registered under these node IDs", "nodes", lost)
+		case err == nil:
+			beat(ids, lives, lost, sent, ttl)
+			if len(lost) > 0 {
+				log.Warn("registry heartbeat: another process registered under these node IDs", "nodes", lost)
+			}
+		}
+		if late := time.Since(sent); late > every && ctx.Err() == nil {
+			log.Warn("registry heartbeat was slow; past the node TTL less a fifth, this process stops fetching and hands its URLs back",
+				"took", late.Round(time.Millisecond), "ttl", ttl)
+		}
+	}
+}
+
+// beat records a heartbeat sent at sent on the holder tokens it kept
+// alive: every identity's but the lost ones (another process took their
+// IDs, and their tokens are dead for good).
+func beat(ids []string, lives []*crawler.Liveness, lost []string, sent time.Time, ttl time.Duration) {
+	for i, id := range ids {
+		if !slices.Contains(lost, id) {
+			lives[i].Beat(sent, ttl)
 		}
 	}
 }
