@@ -421,7 +421,8 @@ type Counters struct {
 	Discovered int64 `json:"discovered"`
 	Bytes      int64 `json:"bytes"`
 	Batches    int64 `json:"batches"`
-	Rerouted   int64 `json:"rerouted"`
+	// Rerouted no longer moves; kept because v0.11.0 nodes carry it.
+	Rerouted int64 `json:"rerouted"`
 }
 
 // Known is how many URLs the campaign knows of: its seeds, the URLs

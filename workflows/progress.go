@@ -71,8 +71,8 @@ func (d *dispatcher) details(status string) string {
 	c := d.counters
 	var b strings.Builder
 	fmt.Fprintf(&b, "**%s** (%s), run %d\n\n", status, d.state, d.run)
-	fmt.Fprintf(&b, "fetched %d · failed %d · excluded %d · discovered %d · batches given up %d\n\n",
-		c.Fetched, c.Failed, c.Excluded, c.Discovered, c.Rerouted)
+	fmt.Fprintf(&b, "fetched %d · failed %d · excluded %d · discovered %d\n\n",
+		c.Fetched, c.Failed, c.Excluded, c.Discovered)
 	fmt.Fprintf(&b, "batches routed %d · URLs leased %d\n\n", c.Batches, c.Leased)
 	if n := d.lastLease.RenderWaiting; n > 0 {
 		// Details are no command: replay ignores what they say.

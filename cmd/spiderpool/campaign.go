@@ -390,8 +390,8 @@ func progressLine(st campaign.Status) string {
 		nodes = append(nodes, fmt.Sprintf("%s=%d(%s)", n.ID, n.Fetched, n.State))
 	}
 	c := st.Counters
-	return fmt.Sprintf("%-8s fetched %d  failed %d  known %d  in flight %d  rerouted %d  %s",
-		st.State, c.Fetched, c.Failed, c.Known(), inflight(st), c.Rerouted, strings.Join(nodes, " "))
+	return fmt.Sprintf("%-8s fetched %d  failed %d  known %d  in flight %d  %s",
+		st.State, c.Fetched, c.Failed, c.Known(), inflight(st), strings.Join(nodes, " "))
 }
 
 func inflight(st campaign.Status) int {
@@ -405,8 +405,8 @@ func inflight(st campaign.Status) int {
 func printStatus(w io.Writer, st campaign.Status) {
 	c := st.Counters
 	fmt.Fprintf(w, "campaign %s: %s (run %d)\n", st.CampaignID, st.State, st.Run)
-	fmt.Fprintf(w, "fetched %d  failed %d  retried %d  excluded %d  batches %d  rerouted %d\n",
-		c.Fetched, c.Failed, c.Retried, c.Excluded, c.Batches, c.Rerouted)
+	fmt.Fprintf(w, "fetched %d  failed %d  retried %d  excluded %d  batches %d\n",
+		c.Fetched, c.Failed, c.Retried, c.Excluded, c.Batches)
 	fmt.Fprintf(w, "URLs known %d: seeds %d  added %d  found by links %d\n\n", c.Known(), c.Seeds, c.Added, c.Discovered)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tWEIGHT\tIN FLIGHT\tBATCHES\tFETCHED\tFAILED")

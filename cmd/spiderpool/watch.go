@@ -162,8 +162,8 @@ func renderFrame(st campaign.Status, p progress, elapsed time.Duration, width in
 		fmt.Sprintf("campaign %s  %s  run %d  %s elapsed", st.CampaignID, st.State, st.Run, elapsed.Round(time.Second)),
 		fmt.Sprintf("%s %3.0f%%  %d/%d URLs  %.0f pages/s  ETA %s",
 			bar(p.fraction(), barW), 100*p.fraction(), p.done, p.known, p.rate, p.eta()),
-		fmt.Sprintf("fetched %d  failed %d  excluded %d  known %d  in flight %d  rerouted %d",
-			c.Fetched, c.Failed, c.Excluded, c.Known(), inflight(st), c.Rerouted),
+		fmt.Sprintf("fetched %d  failed %d  excluded %d  known %d  in flight %d",
+			c.Fetched, c.Failed, c.Excluded, c.Known(), inflight(st)),
 	}
 	idW := 4
 	for _, n := range st.Nodes {

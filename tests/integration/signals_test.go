@@ -152,9 +152,6 @@ func TestReweightAndDrainMidCampaign(t *testing.T) {
 			t.Fatalf("%s: %d batches at the drain, %d at the end, state %s", b, drained.BatchesSent, n.BatchesSent, n.State)
 		}
 	}
-	if final.Counters.Rerouted != 0 {
-		t.Fatalf("%d batches rerouted; this test wants none so routing is checkable", final.Counters.Rerouted)
-	}
 
 	// Every change is in the history, and the history explains every page.
 	history := ringHistory(t, s)
