@@ -187,14 +187,10 @@ func (c *Control) processorsWaiting(ctx context.Context, key int64) (map[string]
 	return out, nil
 }
 
-// ReleaseBatch returns a batch's still-leased URLs that no live node holds
-// to pending, for a batch the workflow gave up on; or, given leases, every
-// URL of them no node claimed.
+// ReleaseBatch returns to pending every URL of the given leases that no
+// node claimed.
 func (c *Control) ReleaseBatch(ctx context.Context, req campaign.ReleaseRequest) (int, error) {
-	if len(req.Leases) > 0 {
-		return c.Store.ReleaseUnclaimed(ctx, req.CampaignKey, req.Leases)
-	}
-	return c.Store.Release(ctx, req.CampaignKey, req.LeaseID, req.IDs, "")
+	return c.Store.ReleaseUnclaimed(ctx, req.CampaignKey, req.Leases)
 }
 
 // RefreshMembership reads the node registry: the nodes that differ from

@@ -287,15 +287,11 @@ func (r *BatchResult) Add(o BatchResult) {
 	r.TransportErrors += o.TransportErrors
 }
 
-// ReleaseRequest returns still-leased URLs of a batch that no live node
-// holds to pending.
+// ReleaseRequest returns to pending every URL of Leases that no node has
+// claimed.
 type ReleaseRequest struct {
 	CampaignKey int64   `json:"campaign_key"`
-	LeaseID     int64   `json:"lease_id"`
-	IDs         []int64 `json:"ids"`
-	// Leases, when set instead, releases every URL of these leases that no
-	// node has claimed.
-	Leases []int64 `json:"leases,omitempty"`
+	Leases      []int64 `json:"leases,omitempty"`
 }
 
 // MembershipRequest reads the node registry.

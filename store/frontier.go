@@ -514,26 +514,20 @@ func hostKey(campaignKey int64, shard string) string {
 	return strconv.FormatInt(campaignKey, 10) + "|" + shard
 }
 
-// Release returns listed URLs to pending, due now. With a holder, the
-// URLs that holder holds, under whatever lease (a node handing back what
-// it will not fetch): a process has one copy of a URL at a time, and a
-// URL that came back to it under a new lease while it was queued (its
-// holder token lapsed, and the next lease routed the URL to it again) is
-// still that copy; releasing only under the first lease would leave it
-// leased to a live holder that no longer means to fetch it, for good.
-// A holder's URLs get back the attempt their claim charged.
-// Without a holder, the URLs still leased under leaseID that no live
-// holder has (a batch the workflow gave up on: whatever a live node is
-// fetching stays its own, and is not fetched twice); a dead holder's
-// keep the attempt its claim charged.
+// Release returns to pending, due now, the listed URLs that holder holds,
+// under whatever lease (a node handing back what it will not fetch): a
+// process has one copy of a URL at a time, and a URL that came back to it
+// under a new lease while it was queued (its holder token lapsed, and the
+// next lease routed the URL to it again) is still that copy; releasing
+// only under the first lease would leave it leased to a live holder that
+// no longer means to fetch it, for good. The URLs get back the attempt
+// their claim charged. leaseID, the batch's, names it in errors.
 func (s *Store) Release(ctx context.Context, campaignKey, leaseID int64, ids []int64, holder string) (int, error) {
 	tag, err := s.pool.Exec(ctx, `
 		UPDATE frontier f SET state = 'pending', lease_id = NULL, lease_holder = NULL, lease_expires_at = NULL,
-			attempts = CASE WHEN $4 = '' THEN f.attempts ELSE greatest(f.attempts - 1, 0) END
-		WHERE f.campaign = $1 AND f.id = ANY($3) AND f.state = 'leased'
-		  AND CASE WHEN $4 = '' THEN f.lease_id = $2 AND (f.lease_holder IS NULL OR NOT `+liveHolder+`)
-		           ELSE f.lease_holder = $4 END`,
-		campaignKey, leaseID, ids, holder)
+			attempts = greatest(f.attempts - 1, 0)
+		WHERE f.campaign = $1 AND f.id = ANY($2) AND f.state = 'leased' AND f.lease_holder = $3`,
+		campaignKey, ids, holder)
 	if err != nil {
 		return 0, fmt.Errorf("release lease %d: %w", leaseID, err)
 	}

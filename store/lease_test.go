@@ -311,47 +311,6 @@ func TestRobotsStoredOnceForTheCluster(t *testing.T) {
 	}
 }
 
-// TestReleaseWithoutHolderSparesLiveHolders is issue 11, defect 8: the
-// workflow giving up on a batch (ReleaseBatch, which releases with no
-// holder) frees the URLs nobody claimed and those of a dead holder, never
-// one a live node is fetching: that one would be fetched twice.
-func TestReleaseWithoutHolderSparesLiveHolders(t *testing.T) {
-	s := harness.OpenStore(t)
-	key := newCampaign(t, s, "http://a.test/")
-	if _, err := s.InsertURLs(ctx, key, urls(t, "http://a.test/live", "http://a.test/dead", "http://a.test/unclaimed")); err != nil {
-		t.Fatal(err)
-	}
-	l := leaseAll(t, s, key, 10)
-	all := ids(l) // one for a live holder, one for a dead one, one unclaimed
-	if len(all) != 3 {
-		t.Fatalf("leased %d URLs, want 3", len(all))
-	}
-	live, dead := holder(t, s, "live", "1"), holder(t, s, "dead", "1")
-	for _, c := range []struct {
-		id     int64
-		holder string
-	}{{all[0], live}, {all[1], dead}} {
-		if got, err := s.Claim(ctx, key, l.LeaseID, []int64{c.id}, c.holder, c.holder, time.Minute); err != nil || len(got) != 1 {
-			t.Fatalf("claim %d by %s: %d claimed (%v)", c.id, c.holder, len(got), err)
-		}
-	}
-	if err := s.DeregisterNode(ctx, "dead", "1"); err != nil {
-		t.Fatal(err)
-	}
-	n, err := s.Release(ctx, key, l.LeaseID, all, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var state, holderNow string
-	if err := s.Pool().QueryRow(ctx, `SELECT state::text, coalesce(lease_holder, '') FROM frontier WHERE id = $1`, all[0]).Scan(&state, &holderNow); err != nil {
-		t.Fatal(err)
-	}
-	if n != 2 || state != store.Leased || holderNow != live {
-		t.Fatalf("release without a holder freed %d URLs and left the live holder's URL %s held by %q; want 2 freed (dead holder's, unclaimed) and it leased to %s",
-			n, state, holderNow, live)
-	}
-}
-
 // TestRestartedNodeDoesNotKeepItsPredecessorsHolds is issue 11, defect 5:
 // a node restarted under the same ID is a new holder. Its heartbeats do
 // not keep the dead process's URLs held (they return to pending once that

@@ -201,9 +201,9 @@ func TestClaimCommitAndLostClaim(t *testing.T) {
 	if c, err := s.Claim(ctx, key, l.LeaseID, all[1:], n2, "n2", time.Minute); err != nil || len(c) != 0 {
 		t.Fatalf("claimed %d from a live holder (%v)", len(c), err)
 	}
-	// Nor does a release that names no holder: what a live node fetches
-	// stays its own.
-	if n, err := s.Release(ctx, key, l.LeaseID, all, ""); err != nil || n != 0 {
+	// Nor does a release of its lease's unclaimed URLs: what a node
+	// claimed stays its own.
+	if n, err := s.ReleaseUnclaimed(ctx, key, []int64{l.LeaseID}); err != nil || n != 0 {
 		t.Fatalf("released %d URLs a live holder holds (%v)", n, err)
 	}
 	// Once it stops renewing, the rerouted batch takes the claim over; the
@@ -250,7 +250,7 @@ func TestClaimCommitAndLostClaim(t *testing.T) {
 	if l2.Size() != 1 { // only the new link
 		t.Fatalf("lease took %d, want only the new link", l2.Size())
 	}
-	if _, err := s.Release(ctx, key, l2.LeaseID, ids(l2), ""); err != nil {
+	if _, err := s.ReleaseUnclaimed(ctx, key, []int64{l2.LeaseID}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Pool().Exec(ctx, `UPDATE frontier SET state = 'excluded' WHERE id = $1`, ids(l2)[0]); err != nil {
@@ -312,7 +312,7 @@ func TestMaxPagesBudget(t *testing.T) {
 			l1.Size(), l2.Size(), l2.BudgetExhausted, l3.Size(), l3.BudgetExhausted)
 	}
 	// A URL that goes back to pending for a retry is not charged again.
-	if _, err := s.Release(ctx, key, l2.LeaseID, ids(l2), ""); err != nil {
+	if _, err := s.ReleaseUnclaimed(ctx, key, []int64{l2.LeaseID}); err != nil {
 		t.Fatal(err)
 	}
 	if l4 := leaseHosts(t, s, p); l4.Size() != 2 {
