@@ -298,15 +298,11 @@ type ReleaseRequest struct {
 type MembershipRequest struct {
 	// Only, when set, restricts the answer to these node IDs.
 	Only []string `json:"only,omitempty"`
-	// Pull asks for the nodes that take their batches from Postgres
-	// (CapPull), for a run that routes batches there; without it, the
-	// nodes that run FetchBatch activities. See MembershipRequest.Known.
-	Pull bool `json:"pull,omitempty"`
-	// Known is what the run already knows of the registry: the answer of
-	// a Pull request lists only the nodes that differ from it (joined,
-	// gone, reweighted, restarted, dead or alive again), so a quiet pool
-	// of a thousand nodes costs the history nothing. Not recorded: a
-	// local activity's input stays out of the history.
+	// Known is what the run already knows of the registry: the answer
+	// lists only the nodes that differ from it (joined, gone, reweighted,
+	// restarted, dead or alive again), so a quiet pool of a thousand nodes
+	// costs the history nothing. Not recorded: a local activity's input
+	// stays out of the history.
 	Known []NodeInfo `json:"known,omitempty"`
 }
 
@@ -320,11 +316,10 @@ type NodeInfo struct {
 	// Incarnation changes every time the node process starts.
 	Incarnation string `json:"incarnation"`
 	Version     string `json:"version,omitempty"`
-	// Capabilities say what the node can do (CapPull, CapBatches); empty
-	// for a node of a release before them, which runs batches only.
+	// Capabilities say what the node can do (CapPull, CapBrowser); a node
+	// without CapPull takes no batches, and answers as not alive.
 	Capabilities []string `json:"capabilities,omitempty"`
-	// Gone, in an answer to a Pull request, says a known node left the
-	// registry.
+	// Gone, in an answer, says a known node left the registry.
 	Gone bool `json:"gone,omitempty"`
 }
 

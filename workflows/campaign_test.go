@@ -310,17 +310,14 @@ func (f *fakeCluster) register(env *testsuite.TestWorkflowEnvironment) {
 		if err := f.unreachable(); err != nil {
 			return nil, err
 		}
-		if req.Pull {
-			var registry []campaign.NodeInfo
-			for _, n := range f.nodes {
-				n.Capabilities = []string{campaign.CapPull}
-				registry = append(registry, n)
-			}
-			answer := campaign.MembershipChanges(registry, req.Known)
-			f.memberships = append(f.memberships, answer)
-			return answer, nil
+		var registry []campaign.NodeInfo
+		for _, n := range f.nodes {
+			n.Capabilities = []string{campaign.CapPull}
+			registry = append(registry, n)
 		}
-		return slices.Clone(f.nodes), nil
+		answer := campaign.MembershipChanges(registry, req.Known)
+		f.memberships = append(f.memberships, answer)
+		return answer, nil
 	}, campaign.RefreshMembershipActivity)
 	reg(func(_ context.Context, req campaign.RecordRingChangesRequest) error {
 		f.mu.Lock()

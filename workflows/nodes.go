@@ -193,7 +193,7 @@ func (d *dispatcher) mutate(n *node, reason string, change func()) {
 // replay sees the same answer) and adjusts the ring; the next refresh is
 // timed from its end, so a slow or failing registry never stacks reads.
 func (d *dispatcher) refreshMembership() {
-	req := campaign.MembershipRequest{Only: d.spec.Nodes, Pull: true, Known: d.known()}
+	req := campaign.MembershipRequest{Only: d.spec.Nodes, Known: d.known()}
 	f := workflow.ExecuteLocalActivity(d.localOptions(), campaign.RefreshMembershipActivity, req)
 	d.sel.AddFuture(f, func(f workflow.Future) {
 		var infos []campaign.NodeInfo
