@@ -328,7 +328,6 @@ const (
 	NodeActive   = "active"
 	NodeDraining = "draining" // no new batches; in-flight ones finish
 	NodeDrained  = "drained"  // draining with nothing in flight: safe to stop
-	NodeSuspect  = "suspect"  // a batch timed out on it; out of the ring until it proves alive
 	NodeDead     = "dead"     // registry heartbeat expired
 )
 
@@ -507,7 +506,6 @@ type CarriedNode struct {
 	Drain       bool     `json:"drain,omitempty"`
 	Health      string   `json:"health"`
 	Incarnation string   `json:"incarnation"`
-	SuspectFor  int      `json:"suspect_for,omitempty"`
 	// Adaptive is the factor adaptive weights apply (1 when off), and
 	// LatencyMs and ErrorRate the moving averages it is computed from.
 	Adaptive    float64 `json:"adaptive,omitempty"`

@@ -53,9 +53,8 @@ func watch(t *testing.T, s *harness.Stack, ids ...string) (*watcher, func()) {
 // TestSlowHostDoesNotStarveASecondCampaign, at small scale: one campaign
 // crawls a single host that answers in a second, two requests at a time; a
 // second campaign crawls twenty polite hosts on the same three nodes
-// meanwhile. The second finishes while the first still runs, no node is
-// ever suspect, no batch is given up, and both fetch every page exactly
-// once.
+// meanwhile. The second finishes while the first still runs, every node
+// stays active, and both fetch every page exactly once.
 func TestSlowHostDoesNotStarveASecondCampaign(t *testing.T) {
 	slowWeb := harness.StartWeb(t, synthweb.Config{Hosts: 1, Pages: 60, LinksPerPage: 2, Seed: 31, Latency: time.Second})
 	politeWeb := harness.StartWeb(t, synthweb.Config{Hosts: 20, Pages: 200, LinksPerPage: 3, Seed: 32, Latency: 20 * time.Millisecond})
