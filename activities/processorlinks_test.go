@@ -65,7 +65,7 @@ func TestProcessorLinksAreAdmittedAsPageLinks(t *testing.T) {
 func fetchForProcessor(t *testing.T, s *store.Store, key int64, processor string) int64 {
 	t.Helper()
 	ctx := context.Background()
-	reg := store.Registration{ID: "n1", Weight: 1, Queue: campaign.NodeQueue("n1"), Incarnation: "1", TTL: time.Hour}
+	reg := store.Registration{ID: "n1", Weight: 1, Incarnation: "1", TTL: time.Hour}
 	if err := s.RegisterNode(ctx, reg); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ const (
 	// DefaultControlQueue is where campaign workflows and control activities
 	// run; every node polls it.
 	DefaultControlQueue = "spiderpool.control"
-	nodeQueuePrefix     = "spiderpool.node."
 
 	// Signals and updates share names; updates validate and answer, signals
 	// (for `temporal workflow signal`) apply the same change or record why
@@ -51,9 +50,6 @@ const (
 	StatusCancelled = "Cancelled"
 	StatusFailed    = "Failed"
 )
-
-// NodeQueue is the task queue a node polls for its fetch batches.
-func NodeQueue(nodeID string) string { return nodeQueuePrefix + nodeID }
 
 // Activity names, registered by the node worker.
 const (

@@ -47,7 +47,7 @@ type Config struct {
 
 // Node configures a worker process.
 type Node struct {
-	// ID names the node and its task queue spiderpool.node.<ID>.
+	// ID names the node in the registry and in campaigns' rings.
 	ID string
 	// Weight is the node's share of shard keys, relative to the others.
 	Weight float64
@@ -201,7 +201,7 @@ func (c *Config) Flags(fs *pflag.FlagSet) {
 func (c *Config) NodeFlags(fs *pflag.FlagSet) {
 	defer c.bind(fs)
 	n := &c.Node
-	fs.StringVar(&n.ID, "node", n.ID, "node ID; its task queue is spiderpool.node.<ID> (env "+EnvNodeID+")")
+	fs.StringVar(&n.ID, "node", n.ID, "node ID, unique in the pool (env "+EnvNodeID+")")
 	fs.Float64Var(&n.Weight, "weight", n.Weight, "share of hosts relative to other nodes; 0 takes none (env "+EnvNodeWeight+")")
 	fs.IntVar(&n.FetchConcurrency, "fetch-concurrency", n.FetchConcurrency, "simultaneous HTTP requests on this node")
 	// Kept so a node started with it still starts, and says what to do.

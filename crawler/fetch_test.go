@@ -95,7 +95,7 @@ func startFetch(t *testing.T, s *store.Store, node string) (*crawler.Fetch, *bat
 // live says (nil: always).
 func startFetchLive(t *testing.T, s *store.Store, node string, live *crawler.Liveness) (*crawler.Fetch, *batchEnds) {
 	t.Helper()
-	reg := store.Registration{ID: node, Weight: 1, Queue: campaign.NodeQueue(node), Incarnation: "1", TTL: time.Hour}
+	reg := store.Registration{ID: node, Weight: 1, Incarnation: "1", TTL: time.Hour}
 	if err := s.RegisterNode(context.Background(), reg); err != nil {
 		t.Fatal(err)
 	}

@@ -327,7 +327,7 @@ func TestRestartedNodeDoesNotKeepItsPredecessorsHolds(t *testing.T) {
 	}
 	seed := ids(l)[0]
 	register := func(incarnation string) string {
-		reg := store.Registration{ID: "n", Weight: 1, Queue: campaign.NodeQueue("n"), Incarnation: incarnation, TTL: time.Second}
+		reg := store.Registration{ID: "n", Weight: 1, Incarnation: incarnation, TTL: time.Second}
 		if err := s.RegisterNode(ctx, reg); err != nil {
 			t.Fatal(err)
 		}

@@ -19,7 +19,6 @@ const alive = `stopped_at IS NULL AND heartbeat_at + ttl > now()`
 type Registration struct {
 	ID          string
 	Weight      float64
-	Queue       string
 	Version     string
 	Incarnation string
 	TTL         time.Duration
@@ -40,22 +39,23 @@ type Registration struct {
 func HolderToken(id, incarnation string) string { return id + "@" + incarnation }
 
 // RegisterNode upserts the node's row and marks it, and its holder token,
-// alive now.
+// alive now. The row's queue, which no release reads any more, is left
+// empty: nodes poll no task queue of their own.
 func (s *Store) RegisterNode(ctx context.Context, r Registration) error {
 	_, err := s.pool.Exec(ctx, `
 		WITH n AS (
 			INSERT INTO nodes (id, weight, queue, version, incarnation, ttl, started_at, heartbeat_at, stopped_at, http_addr,
 				capabilities, capabilities_of, metrics_addr)
-			VALUES ($1, $2, $3, $4, $5, $6::bigint * interval '1 millisecond', now(), now(), NULL, nullif($8, ''), $9, $5, nullif($10, ''))
+			VALUES ($1, $2, '', $3, $4, $5::bigint * interval '1 millisecond', now(), now(), NULL, nullif($7, ''), $8, $4, nullif($9, ''))
 			ON CONFLICT (id) DO UPDATE SET weight = EXCLUDED.weight, queue = EXCLUDED.queue, version = EXCLUDED.version,
 				incarnation = EXCLUDED.incarnation, ttl = EXCLUDED.ttl, started_at = now(), heartbeat_at = now(), stopped_at = NULL,
 				http_addr = EXCLUDED.http_addr, capabilities = EXCLUDED.capabilities, capabilities_of = EXCLUDED.capabilities_of,
 				metrics_addr = EXCLUDED.metrics_addr
 			RETURNING ttl
 		)
-		INSERT INTO holders (holder, alive_until) SELECT $7, now() + ttl FROM n
+		INSERT INTO holders (holder, alive_until) SELECT $6, now() + ttl FROM n
 		ON CONFLICT (holder) DO UPDATE SET alive_until = EXCLUDED.alive_until`,
-		r.ID, r.Weight, r.Queue, r.Version, r.Incarnation, r.TTL.Milliseconds(), HolderToken(r.ID, r.Incarnation), r.BodiesAddr,
+		r.ID, r.Weight, r.Version, r.Incarnation, r.TTL.Milliseconds(), HolderToken(r.ID, r.Incarnation), r.BodiesAddr,
 		nonNil(r.Capabilities), r.MetricsAddr)
 	if err != nil {
 		return fmt.Errorf("register node %s: %w", r.ID, err)

@@ -43,7 +43,7 @@ func TestPoolLeaseRoutesRenderHostsByCapability(t *testing.T) {
 	}
 	pull, browser := []string{campaign.CapPull}, []string{campaign.CapPull, campaign.CapBrowser}
 	register := func(id string, caps []string) {
-		reg := store.Registration{ID: id, Weight: 1, Queue: campaign.NodeQueue(id), Incarnation: "1", TTL: time.Minute, Capabilities: caps}
+		reg := store.Registration{ID: id, Weight: 1, Incarnation: "1", TTL: time.Minute, Capabilities: caps}
 		if err := s.RegisterNode(ctx, reg); err != nil {
 			t.Fatal(err)
 		}

@@ -177,7 +177,7 @@ func TestLeaseHostsIsFairAcrossHostsAndNeverTwice(t *testing.T) {
 // while the node's row is (see HeartbeatNode).
 func holder(t *testing.T, s *store.Store, node, incarnation string) string {
 	t.Helper()
-	reg := store.Registration{ID: node, Weight: 1, Queue: campaign.NodeQueue(node), Incarnation: incarnation, TTL: time.Hour}
+	reg := store.Registration{ID: node, Weight: 1, Incarnation: incarnation, TTL: time.Hour}
 	if err := s.RegisterNode(ctx, reg); err != nil {
 		t.Fatal(err)
 	}
@@ -369,11 +369,11 @@ func TestConcurrentCommitsSameLinks(t *testing.T) {
 
 func TestNodeRegistry(t *testing.T) {
 	s := harness.OpenStore(t)
-	reg := store.Registration{ID: "n1", Weight: 2, Queue: campaign.NodeQueue("n1"), Incarnation: "a", TTL: time.Hour}
+	reg := store.Registration{ID: "n1", Weight: 2, Incarnation: "a", TTL: time.Hour}
 	if err := s.RegisterNode(ctx, reg); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RegisterNode(ctx, store.Registration{ID: "n2", Weight: 1, Queue: "q", Incarnation: "b", TTL: time.Millisecond}); err != nil {
+	if err := s.RegisterNode(ctx, store.Registration{ID: "n2", Weight: 1, Incarnation: "b", TTL: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Pool().Exec(ctx, `UPDATE nodes SET heartbeat_at = now() - interval '1 minute' WHERE id = 'n2'`); err != nil {

@@ -254,7 +254,7 @@ func (r *nodeRun) buildEngines(f *fetch.Fetcher, b *render.Browser, m *metrics.R
 	r.lives = make([]*crawler.Liveness, len(r.ids))
 	for i, id := range r.ids {
 		r.regs[i] = store.Registration{
-			ID: id, Weight: n.Weight, Queue: campaign.NodeQueue(id), Version: Version,
+			ID: id, Weight: n.Weight, Version: Version,
 			Incarnation: incarnation(), TTL: n.TTL, BodiesAddr: hl.bodiesAddr, MetricsAddr: hl.metricsAddr, Capabilities: caps,
 		}
 		holder := store.HolderToken(id, r.regs[i].Incarnation)
@@ -293,7 +293,7 @@ func (r *nodeRun) start(ctx context.Context) error {
 	}()
 	go func() { defer r.loops.Done(); sweepEnded(r.life, r.st, r.tc, r.ids, n.EndedSweep, r.log) }()
 	go func() { defer r.loops.Done(); crawler.WatchPolicies(r.life, r.st, r.engines) }()
-	r.log.Info("node started", "identities", len(r.ids), "queue", r.regs[0].Queue, "weight", n.Weight,
+	r.log.Info("node started", "identities", len(r.ids), "weight", n.Weight,
 		"control_queue", r.cfg.ControlQueue, "fetch_concurrency", n.FetchConcurrency, "temporal", r.cfg.TemporalAddress)
 	return nil
 }
