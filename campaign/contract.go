@@ -129,10 +129,11 @@ type LeaseHostsRequest struct {
 	// whose pace no node has recorded yet.
 	MinDelay    Duration `json:"min_delay"`
 	Concurrency int      `json:"concurrency"`
-	// Assign, set by a pool run, routes the batches into Postgres for the
-	// nodes to take; Nodes' Batches are then ignored (the lease counts
-	// each node's room itself), and nodes the registry calls dead get
-	// nothing.
+	// Assign, set by a pool run (every run of this release), routes the
+	// batches into Postgres for the nodes to take; Nodes' Batches are then
+	// ignored (the lease counts each node's room itself), and nodes the
+	// registry calls dead get nothing. Without it the lease returns the
+	// batches, cut to Nodes' Batches: tests lease so without a registry.
 	Assign *Assign `json:"assign,omitempty"`
 }
 
@@ -140,7 +141,8 @@ type LeaseHostsRequest struct {
 type LeaseNode struct {
 	ID     string  `json:"id"`
 	Weight float64 `json:"weight"`
-	// Batches is how many batches the node's window has room for.
+	// Batches is how many batches the node's window has room for; a lease
+	// with Assign counts it from node_batches, as it sets Browser.
 	Batches int `json:"batches"`
 	// Browser: the node renders pages (CapBrowser). Only the lease sets
 	// it, from the registry; render hosts are routed only to such nodes.
