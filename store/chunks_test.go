@@ -67,9 +67,9 @@ func TestChunkedPagesAreDeliveredOnce(t *testing.T) {
 	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM body_chunks WHERE campaign = $1`, key).Scan(&chunks); err != nil || chunks != 2 {
 		t.Fatalf("%d chunks kept (%v), want one for each commit that recorded pages", chunks, err)
 	}
-	status := func(name string) store.ProcessorCounts {
+	status := func(name string) harness.ProcessorCounts {
 		t.Helper()
-		st, err := s.ProcessorStatus(ctx, key)
+		st, err := harness.ProcessorStatus(ctx, s, key)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,19 +25,10 @@ import (
 //   - a run's first lease, or a failed child, puts back what batches of
 //     ended runs hold (processorruns.go).
 //
-// ProcessorStatus (processorstatus.go) counts where each processor's
-// pages stand.
-
-// Delivery states of a page a processor wants: pending in its chunk's
-// deliveries (chunks.go), leased while a batch holds it in its
-// delivery_batches row, then done (counted in processed_batches) or
-// failed (a deliveries row, with the error).
-const (
-	DeliveryPending = "pending"
-	DeliveryLeased  = "leased"
-	DeliveryDone    = "done"
-	DeliveryFailed  = "failed"
-)
+// A page a processor wants is so pending in its chunk's deliveries
+// (chunks.go), leased while a batch holds it in its delivery_batches row,
+// then done (counted in processed_batches) or failed (a deliveries row,
+// with the error).
 
 // DeliveryLease is a batch of pages leased to one processor.
 type DeliveryLease struct {

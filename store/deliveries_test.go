@@ -158,9 +158,9 @@ func TestStoreProcessedRecordsOnce(t *testing.T) {
 	if err != nil || len(lease.Pages) != 3 {
 		t.Fatalf("lease: %d pages, %v: want 3", len(lease.Pages), err)
 	}
-	status := func() store.ProcessorCounts {
+	status := func() harness.ProcessorCounts {
 		t.Helper()
-		st, err := s.ProcessorStatus(ctx, key)
+		st, err := harness.ProcessorStatus(ctx, s, key)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -167,7 +167,7 @@ func TestCancelledCampaignDropsItsBodies(t *testing.T) {
 	if got := states(); got != want {
 		t.Errorf("frontier after the finish:\n%s\nwant:\n%s", got, want)
 	}
-	st, err := s.ProcessorStatus(ctx, key)
+	st, err := harness.ProcessorStatus(ctx, s, key)
 	if err != nil {
 		t.Fatal(err)
 	}

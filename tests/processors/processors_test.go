@@ -124,9 +124,9 @@ func equalTruth(t *testing.T, shop *synthweb.Shop, got []synthweb.Product) {
 	}
 }
 
-func processorStatus(t *testing.T, s *harness.Stack, id string) map[string]store.ProcessorCounts {
+func processorStatus(t *testing.T, s *harness.Stack, id string) map[string]harness.ProcessorCounts {
 	t.Helper()
-	st, err := s.Store.ProcessorStatus(bg, key(t, s, id))
+	st, err := harness.ProcessorStatus(bg, s.Store, key(t, s, id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -828,7 +828,7 @@ func TestCancelledCampaignKeepsNoBodyAndLosesNoPage(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		st, err := s.Store.ProcessorStatus(bg, k)
+		st, err := harness.ProcessorStatus(bg, s.Store, k)
 		return err == nil && st["late"].Pending+st["late"].Leased == pages
 	})
 	if err := s.Campaigns.Cancel(bg, id); err != nil {
@@ -907,7 +907,7 @@ func TestTerminatedCampaignKeepsNoBody(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		st, err := s.Store.ProcessorStatus(bg, k)
+		st, err := harness.ProcessorStatus(bg, s.Store, k)
 		return err == nil && st["absent"].Pending+st["absent"].Leased == pages
 	})
 	if n := bodiesLeft(t, s, id); n == 0 {

@@ -301,7 +301,7 @@ func (c *cluster) checkProcessed(id string, w *synthweb.Web, p *pageProcessor) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	all, err := c.st.ProcessorStatus(ctx, key)
+	all, err := harness.ProcessorStatus(ctx, c.st, key)
 	if err != nil {
 		t.Fatal(err)
 	}

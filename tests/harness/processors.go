@@ -1,27 +1,31 @@
-package store
+package harness
 
 import (
 	"context"
 	"fmt"
+
+	"github.com/spiderpool/spiderpool/store"
 )
 
-// ProcessorCounts is where one processor's pages stand.
+// ProcessorCounts is where one processor's pages of a campaign stand in
+// Postgres.
 type ProcessorCounts struct {
-	Pending   int64 `json:"pending"`
-	Leased    int64 `json:"in_flight"`
-	Processed int64 `json:"processed"`
-	Failed    int64 `json:"failed"`
-	Items     int64 `json:"items"`
+	Pending   int64
+	Leased    int64
+	Processed int64
+	Failed    int64
+	Items     int64
 	// LastError is the error of a failed page, the latest.
-	LastError string `json:"last_error,omitempty"`
+	LastError string
 }
 
-// ProcessorStatus counts each processor's deliveries of a campaign.
-func (s *Store) ProcessorStatus(ctx context.Context, campaignKey int64) (map[string]ProcessorCounts, error) {
-	// Pages in chunks still to take count as pending, pages held by
-	// batches as leased, the done pages of batches stored as done (see
-	// recordBatch), and each failed page has a deliveries row.
-	rows, err := s.pool.Query(ctx, `
+// ProcessorStatus counts each processor's pages of a campaign as the store
+// keeps them (see store/deliveries.go): pages in chunks still to take are
+// pending, pages held by batches leased, the done pages of batches
+// processed, and each failed page has a deliveries row. Tests check
+// delivery against it; the product reads the workflow's own counters.
+func ProcessorStatus(ctx context.Context, s *store.Store, campaignKey int64) (map[string]ProcessorCounts, error) {
+	rows, err := s.Pool().Query(ctx, `
 		SELECT processor, 'failed', count(*), 0,
 		       (array_agg(error ORDER BY done_at DESC) FILTER (WHERE error IS NOT NULL))[1]
 		FROM deliveries WHERE campaign = $1 AND state = 'failed' GROUP BY processor
@@ -45,18 +49,18 @@ func (s *Store) ProcessorStatus(ctx context.Context, campaignKey int64) (map[str
 			lastErr     *string
 		)
 		if err := rows.Scan(&name, &state, &n, &items, &lastErr); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("processor status of campaign %d: %w", campaignKey, err)
 		}
 		c := out[name]
 		switch state {
-		case DeliveryPending:
+		case "pending":
 			c.Pending += n
-		case DeliveryLeased:
+		case "leased":
 			c.Leased += n
-		case DeliveryDone:
+		case "done":
 			c.Processed += n
 			c.Items += items
-		case DeliveryFailed:
+		case "failed":
 			c.Failed += n
 			if lastErr != nil {
 				c.LastError = *lastErr
