@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -23,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/spiderpool/spiderpool/config"
+	"github.com/spiderpool/spiderpool/retry"
 	"github.com/spiderpool/spiderpool/schema"
 )
 
@@ -242,22 +242,20 @@ func (s *Store) retryTx(ctx context.Context, fn func(pgx.Tx) error) error {
 }
 
 // retry runs fn (statements that are each atomic, or a transaction) again
-// on serialization failures and deadlocks.
+// on serialization failures and deadlocks, five times at most, pausing
+// 10 ms doubling to 40 ms in between.
 func (s *Store) retry(ctx context.Context, fn func() error) error {
-	var err error
-	for attempt := range 5 {
-		err = fn()
+	wait := retry.Backoff(10*time.Millisecond, 40*time.Millisecond)
+	for attempt := 1; ; attempt++ {
+		err := fn()
 		var pe *pgconn.PgError
-		if err == nil || !errors.As(err, &pe) || (pe.Code != "40001" && pe.Code != "40P01") {
+		if err == nil || !errors.As(err, &pe) || (pe.Code != "40001" && pe.Code != "40P01") || attempt == 5 {
 			return err
 		}
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx.Done(), wait) {
 			return ctx.Err()
-		case <-time.After(time.Duration(attempt+1) * 10 * time.Millisecond):
 		}
 	}
-	return err
 }
 
 // Connect opens the database of cfg, saying in any error where its URL came
@@ -321,17 +319,15 @@ func serverFull(err error) bool {
 // between (50 ms doubling to 2 s, jittered, so that many waiting nodes do
 // not come back at once), until ctx ends.
 func (p *waitingPool) whileFull(ctx context.Context, try func() error) error {
-	for attempt := 0; ; attempt++ {
+	wait := retry.Backoff(50*time.Millisecond, 2*time.Second)
+	for {
 		err := try()
 		if !serverFull(err) {
 			return err
 		}
 		p.warn(err)
-		pause := min(50*time.Millisecond<<min(attempt, 6), 2*time.Second)
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx.Done(), wait) {
 			return fmt.Errorf("%w (waited for a free connection slot until %v)", err, context.Cause(ctx))
-		case <-time.After(pause/2 + rand.N(pause)):
 		}
 	}
 }
