@@ -38,6 +38,7 @@ import (
 	"github.com/spiderpool/spiderpool/fetch"
 	"github.com/spiderpool/spiderpool/metrics"
 	"github.com/spiderpool/spiderpool/render"
+	"github.com/spiderpool/spiderpool/retry"
 	"github.com/spiderpool/spiderpool/store"
 	"github.com/spiderpool/spiderpool/workflows"
 )
@@ -82,7 +83,8 @@ func openStore(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) (*store.Sto
 	}
 	s.SetLogger(log) // its waits for a full server name the node
 	migrate := func(ctx context.Context) error { _, err := s.Migrate(ctx, log); return err }
-	// Pauses of 0.5s, 1s, ... 4.5s: 22.5s at most, within fx.StartTimeout.
+	// Pauses of 0.5s doubling to 2.5s: about 18.5s in all (22s with their
+	// jitter), within fx.StartTimeout.
 	if err := migrateRetrying(ctx, migrate, 500*time.Millisecond, log); err != nil {
 		s.Close()
 		return nil, err
@@ -97,8 +99,10 @@ func openStore(lc fx.Lifecycle, cfg config.Config, log *slog.Logger) (*store.Sto
 // hold the tables a migration alters, and Postgres may pick the migration
 // as a deadlock's victim. It rolls the migration back whole, so running it
 // again is safe, where giving up would stop the new node from starting.
-func migrateRetrying(ctx context.Context, migrate func(context.Context) error, pause time.Duration, log *slog.Logger) error {
+// The pauses start at first and grow to five times it.
+func migrateRetrying(ctx context.Context, migrate func(context.Context) error, first time.Duration, log *slog.Logger) error {
 	const attempts = 10
+	wait := retry.Backoff(first, 5*first)
 	for attempt := 1; ; attempt++ {
 		err := migrate(ctx)
 		var pe *pgconn.PgError
@@ -109,10 +113,8 @@ func migrateRetrying(ctx context.Context, migrate func(context.Context) error, p
 			return fmt.Errorf("%w (tried %d times: running nodes kept the tables locked)", err, attempts)
 		}
 		log.Warn("migration lost a lock to running nodes; trying again", "attempt", attempt, "error", err)
-		select {
-		case <-ctx.Done():
+		if !retry.Sleep(ctx.Done(), wait) {
 			return fmt.Errorf("%w (gave up trying again: %v)", err, ctx.Err())
-		case <-time.After(time.Duration(attempt) * pause):
 		}
 	}
 }
