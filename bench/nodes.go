@@ -108,7 +108,6 @@ type poolResult struct {
 	Efficiency  float64  `json:"efficiency"`
 	Duplicates  int      `json:"duplicate_fetches"`
 	Missing     int      `json:"pages_missed"`
-	Rerouted    int64    `json:"rerouted"`
 	LeasedAgain int64    `json:"urls_leased_again"`
 	Batches     int64    `json:"batches"`
 	// Runs, Events, Activities and LocalActivities are over every run of
@@ -276,14 +275,14 @@ func nodesSection(machine string, nr *nodesRun) string {
 		fmt.Fprintf(&b, " (scaled: hosts and pages per host x%g)", nr.Scale)
 	}
 	b.WriteString(". Postgres with `max_connections = 100` behind PgBouncer (transaction pooling, as spiderpool ships it), the Temporal dev server, node processes with the node defaults. Efficiency is pages ÷ (seconds × bound), seconds from the workflow's start to its result; events and activities are over every run of the campaign; latencies are from the nodes' SDK metrics; CPU-seconds are while the campaign ran; duplicates and misses are from the synthetic web's log.\n\n")
-	b.WriteString("| pool | nodes | campaign | pages | seconds | of bound | events / 1,000 pages | activities / 1,000 | local activities / 1,000 | runs | workflow task p50 / p99 ms | lease p50 / p99 ms | Postgres connections (max) | refused | Postgres transactions / rows written per 1,000 pages | CPU-s nodes / Temporal / Postgres / PgBouncer | RSS / node MiB | duplicates | missed | reroutes |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| pool | nodes | campaign | pages | seconds | of bound | events / 1,000 pages | activities / 1,000 | local activities / 1,000 | runs | workflow task p50 / p99 ms | lease p50 / p99 ms | Postgres connections (max) | refused | Postgres transactions / rows written per 1,000 pages | CPU-s nodes / Temporal / Postgres / PgBouncer | RSS / node MiB | duplicates | missed |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range nr.Results {
-		fmt.Fprintf(&b, "| %s | %d | %s | %d | %.1f | **%.2f** | %.0f | %.2f | %.1f | %d | %.0f / %.0f | %.0f / %.0f | %d | %d | %.0f / %.0f | %.0f / %.0f / %.0f / %.0f | %.1f | %d | %d | %d |\n",
+		fmt.Fprintf(&b, "| %s | %d | %s | %d | %.1f | **%.2f** | %.0f | %.2f | %.1f | %d | %.0f / %.0f | %.0f / %.0f | %d | %d | %.0f / %.0f | %.0f / %.0f / %.0f / %.0f | %.1f | %d | %d |\n",
 			r.Pool.Name, r.Identities, r.Campaign, r.Pages, r.Seconds, r.Efficiency, r.EventsPer1000, r.ActivitiesPer1000,
 			r.LocalPer1000, r.Runs, r.WorkflowTask.P50, r.WorkflowTask.P99, r.Lease.P50, r.Lease.P99, r.PGConnections, r.PGRefused,
 			r.PGXactsPer1000, r.PGRowsPer1000,
-			r.CPU["nodes"], r.CPU["temporal"], r.CPU["postgres"], r.CPU["pgbouncer"], r.RSSPerNode, r.Duplicates, r.Missing, r.Rerouted)
+			r.CPU["nodes"], r.CPU["temporal"], r.CPU["postgres"], r.CPU["pgbouncer"], r.RSSPerNode, r.Duplicates, r.Missing)
 	}
 	if k := nr.Kill; k != nil {
 		fmt.Fprintf(&b, "\n**kill -9 of one process** of %s (%d node identities) %.0f s into the %s campaign: its %d hosts moved to other nodes within **%.1f s** (median %.1f s; node TTL %s); %d URLs were in flight, **%d pages fetched twice** (%d of them in flight at the kill), **%d missed**; the campaign reached %.2f of its bound.\n",
@@ -387,7 +386,7 @@ func (s *stack) poolRun(p poolPlan, pc poolCampaign, refused *refusals) (poolRes
 	res.Efficiency = float64(res.Pages) / (res.Seconds * res.Bound)
 	res.Missing, res.Duplicates = web.TallyAgent(c.agent)
 	res.CPU = cpuKinds(c.cpuBefore, c.cpuAfter)
-	res.Rerouted, res.Batches = c.status.Counters.Rerouted, c.status.Counters.Batches
+	res.Batches = c.status.Counters.Batches
 	res.LeasedAgain = max(0, c.status.Counters.Leased-(c.sum.Fetched+c.sum.Failed+c.sum.Excluded))
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	cost, err := control.CampaignHistoryCost(hctx, nodes.client, c.id, c.sum.Runs)
@@ -864,13 +863,13 @@ func (s *stack) drainMany(p poolPlan, pc poolCampaign) (*drainResult, error) {
 // printNodes writes the summary table.
 func printNodes(w io.Writer, nr *nodesRun) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "pool\tnodes\tcampaign\tpages\tseconds\tof bound\tevents/1k\tactivities/1k\tlocal/1k\truns\twf task p50/p99 ms\tlease p50/p99 ms\tPG conns\trefused\tPG xacts/rows per 1k\tCPU-s nodes/temporal/postgres/pgbouncer\tRSS/node MiB\tdups\tmissed\treroutes\t\n")
+	fmt.Fprintf(tw, "pool\tnodes\tcampaign\tpages\tseconds\tof bound\tevents/1k\tactivities/1k\tlocal/1k\truns\twf task p50/p99 ms\tlease p50/p99 ms\tPG conns\trefused\tPG xacts/rows per 1k\tCPU-s nodes/temporal/postgres/pgbouncer\tRSS/node MiB\tdups\tmissed\t\n")
 	for _, r := range nr.Results {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.1f\t%.2f\t%.0f\t%.1f\t%.0f\t%d\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f/%.0f\t%.0f/%.0f/%.0f/%.0f\t%.1f\t%d\t%d\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.1f\t%.2f\t%.0f\t%.1f\t%.0f\t%d\t%.0f/%.0f\t%.0f/%.0f\t%d\t%d\t%.0f/%.0f\t%.0f/%.0f/%.0f/%.0f\t%.1f\t%d\t%d\t\n",
 			r.Pool.Name, r.Identities, r.Campaign, r.Pages, r.Seconds, r.Efficiency, r.EventsPer1000, r.ActivitiesPer1000,
 			r.LocalPer1000, r.Runs, r.WorkflowTask.P50, r.WorkflowTask.P99, r.Lease.P50, r.Lease.P99, r.PGConnections,
 			r.PGRefused, r.PGXactsPer1000, r.PGRowsPer1000, r.CPU["nodes"], r.CPU["temporal"], r.CPU["postgres"], r.CPU["pgbouncer"], r.RSSPerNode,
-			r.Duplicates, r.Missing, r.Rerouted)
+			r.Duplicates, r.Missing)
 	}
 	tw.Flush()
 	if k := nr.Kill; k != nil {

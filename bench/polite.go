@@ -164,9 +164,8 @@ type politeCampaign struct {
 	Efficiency float64 `json:"efficiency"`
 	// Duplicates and Missing are from the server's log, this campaign's
 	// user agent only.
-	Duplicates int   `json:"duplicate_fetches"`
-	Missing    int   `json:"pages_missed"`
-	Rerouted   int64 `json:"rerouted"`
+	Duplicates int `json:"duplicate_fetches"`
+	Missing    int `json:"pages_missed"`
 	// NodeStates is every node state the status query showed while the
 	// campaign ran (polled every 500ms).
 	NodeStates    []string         `json:"node_states"`
@@ -277,8 +276,7 @@ type campaignRun struct {
 	sum     campaign.Summary
 	err     error
 	// Set by the watcher:
-	states   map[string]bool
-	rerouted int64
+	states map[string]bool
 }
 
 // polite runs one scenario on fresh nodes: its webs, then its campaigns
@@ -402,7 +400,7 @@ func (res *politeScenarioResult) measureWebs(plans []webPlan, webs []*synthweb.W
 }
 
 // watch polls the campaign's status every 500ms until it ends, noting each
-// node state it sees and the reroutes.
+// node state it sees.
 func (c *campaignRun) watch(ctx context.Context, cs *control.Campaigns) {
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
@@ -424,13 +422,12 @@ func (c *campaignRun) observe(st campaign.Status) {
 	for _, n := range st.Nodes {
 		c.states[n.State] = true
 	}
-	c.rerouted = max(c.rerouted, st.Counters.Rerouted)
 }
 
 // result measures a finished campaign: its summary, its last status, its
 // histories and the server's log of its user agent.
 func (c *campaignRun) result(ctx context.Context, nodes *nodeSet, wp webPlan) (politeCampaign, error) {
-	// The reroutes of the last half second before the end: a closed
+	// The node states of the last half second before the end: a closed
 	// workflow still answers queries.
 	qctx, cancel := context.WithTimeout(ctx, time.Minute)
 	if st, err := nodes.campaigns.Status(qctx, c.id); err == nil {
@@ -445,7 +442,7 @@ func (c *campaignRun) result(ctx context.Context, nodes *nodeSet, wp webPlan) (p
 		Name: c.plan.name, Agent: c.agent, Hosts: wp.hosts + wp.slowHosts, WebPages: len(c.web.Pages()),
 		MinDelay: c.plan.minDelay.String(), Concurrency: c.plan.concurrency,
 		Pages: c.sum.Fetched, Seconds: c.seconds, Bound: c.plan.bound(wp),
-		Rerouted: c.rerouted, PagesPerNode: c.sum.PerNode, Runs: len(lengths),
+		PagesPerNode: c.sum.PerNode, Runs: len(lengths),
 	}
 	pc.Efficiency = float64(pc.Pages) / (pc.Seconds * pc.Bound)
 	pc.Missing, pc.Duplicates = c.web.TallyAgent(c.agent)
@@ -597,12 +594,12 @@ func sharedWebOf(web *synthweb.Web, firstEnd time.Time) *sharedWeb {
 // printPolite writes the summary table.
 func printPolite(w io.Writer, pr *politeRun) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "scenario\tcampaign\thosts\tpages\tseconds\tbound/s\tpages/s\tefficiency\tdups\tmissed\treroutes\tnode states\truns\tevents\tevents/1k pages\tmin gap\tgaps < min_delay\t\n")
+	fmt.Fprintf(tw, "scenario\tcampaign\thosts\tpages\tseconds\tbound/s\tpages/s\tefficiency\tdups\tmissed\tnode states\truns\tevents\tevents/1k pages\tmin gap\tgaps < min_delay\t\n")
 	for _, sc := range pr.Scenarios {
 		for _, c := range sc.Campaigns {
-			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f%%\t%d\t%d\t%d\t%s\t%d\t%d\t%.0f\t%s\t%d\t\n",
+			fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f%%\t%d\t%d\t%s\t%d\t%d\t%.0f\t%s\t%d\t\n",
 				sc.ID, c.Name, c.Hosts, c.Pages, c.Seconds, c.Bound, float64(c.Pages)/c.Seconds, 100*c.Efficiency,
-				c.Duplicates, c.Missing, c.Rerouted, strings.Join(c.NodeStates, ","), c.Runs, c.HistoryEvents,
+				c.Duplicates, c.Missing, strings.Join(c.NodeStates, ","), c.Runs, c.HistoryEvents,
 				c.EventsPer1000, gapText(c.MinGapSeconds), c.GapsUnderMinDelay)
 		}
 	}

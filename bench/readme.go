@@ -108,12 +108,12 @@ func writePolite(b *strings.Builder, p *politeRun) {
 	if p.Scale != 1 {
 		fmt.Fprintf(b, " Scaled down: hosts and pages per host ×%g.", p.Scale)
 	}
-	b.WriteString("\n\n| scenario | campaign | hosts × pages | min delay, concurrency | pages | seconds | bound (pages/s) | efficiency | duplicates | missed | gaps < min delay | reroutes | node states | workflow runs | history events | per 1,000 pages |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n\n| scenario | campaign | hosts × pages | min delay, concurrency | pages | seconds | bound (pages/s) | efficiency | duplicates | missed | gaps < min delay | node states | workflow runs | history events | per 1,000 pages |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, sc := range p.Scenarios {
 		for _, c := range sc.Campaigns {
-			fmt.Fprintf(b, "| %d. %s | %s | %d × %d | %s, %d | %d | %.1f | %.1f | **%.1f%%** | %d | %d | %d | %d | %s | %d | %d | %.0f |\n",
+			fmt.Fprintf(b, "| %d. %s | %s | %d × %d | %s, %d | %d | %.1f | %.1f | **%.1f%%** | %d | %d | %d | %s | %d | %d | %.0f |\n",
 				sc.ID, sc.Title, c.Name, c.Hosts, c.WebPages/max(c.Hosts, 1), c.MinDelay, c.Concurrency, c.Pages, c.Seconds, c.Bound,
-				100*c.Efficiency, c.Duplicates, c.Missing, c.GapsUnderMinDelay, c.Rerouted, strings.Join(c.NodeStates, ", "), c.Runs, c.HistoryEvents, c.EventsPer1000)
+				100*c.Efficiency, c.Duplicates, c.Missing, c.GapsUnderMinDelay, strings.Join(c.NodeStates, ", "), c.Runs, c.HistoryEvents, c.EventsPer1000)
 		}
 	}
 	b.WriteString("\n")
