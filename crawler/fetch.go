@@ -34,6 +34,7 @@ import (
 type Fetch struct {
 	node     string
 	holder   string
+	live     *Liveness
 	store    *store.Store
 	fetcher  *fetch.Fetcher // robots.txt and sitemaps
 	pages    PageFetcher
@@ -88,8 +89,9 @@ type FetchOptions struct {
 	// Holder is this process's token on the frontier rows it claims
 	// (store.HolderToken); the node's registry heartbeat keeps it alive.
 	Holder string
-	// Live says how long the heartbeat keeps Holder alive; the engine
-	// starts no request past it. Nil: always alive.
+	// Live says how long the heartbeat keeps Holder alive: the engine
+	// sends no request for a URL claimed under a token that may have
+	// lapsed since. Nil: always alive.
 	Live *Liveness
 	// Metrics records crawl metrics; nil records none.
 	Metrics *metrics.Crawl
@@ -115,10 +117,10 @@ func NewFetch(node string, st *store.Store, f *fetch.Fetcher, o FetchOptions, lo
 		commits = NewCommits(st, o.Metrics, log)
 	}
 	return &Fetch{
-		node: node, holder: o.Holder, store: st, fetcher: f, pages: cmp.Or[PageFetcher](o.Pages, f), log: log,
+		node: node, holder: o.Holder, live: o.Live, store: st, fetcher: f, pages: cmp.Or[PageFetcher](o.Pages, f), log: log,
 		commits: commits, ownCommits: own,
 		slots:   slots,
-		hosts:   newHostTable(o.Holder, o.Live, st, log),
+		hosts:   newHostTable(o.Holder, st, log),
 		robots:  newRobotsCache(st, f, slots, log),
 		rules:   &rulesCache{store: st, byKey: map[int64]*rules{}},
 		metrics: o.Metrics,
@@ -232,6 +234,7 @@ func waitFor(ctx context.Context, wg *sync.WaitGroup, what string) error {
 type batch struct {
 	key   int64 // campaign
 	req   campaign.FetchBatchRequest
+	gen   uint64 // the holder token's generation it was claimed in (Liveness)
 	ended func(outcome string)
 
 	// Guarded by Fetch.mu.
@@ -318,6 +321,7 @@ func (f *Fetch) accept(ctx context.Context, req campaign.FetchBatchRequest) (res
 	if err != nil {
 		return res, false, err
 	}
+	gen := f.live.generation() // before the claim: a lapse during it makes the claim suspect
 	claimed, err := f.store.Claim(ctx, req.CampaignKey, req.LeaseID, req.IDs, f.holder, f.node, r.spec.Dispatch.LeaseTTL.D())
 	if err != nil {
 		return res, false, fmt.Errorf("claim batch %d of campaign %d: %w", req.Batch, req.CampaignKey, err)
@@ -325,7 +329,7 @@ func (f *Fetch) accept(ctx context.Context, req campaign.FetchBatchRequest) (res
 	for _, c := range claimed {
 		f.metrics.LeaseAge(c.LeaseAge)
 	}
-	b := &batch{key: req.CampaignKey, req: req, ended: f.metrics.BatchStarted(), stop: make(chan struct{})}
+	b := &batch{key: req.CampaignKey, req: req, gen: gen, ended: f.metrics.BatchStarted(), stop: make(chan struct{})}
 	b.result.Skipped = len(req.IDs) - len(claimed)
 	// URLs the claim failed (nodes kept dying holding them) are settled.
 	claimed = slices.DeleteFunc(claimed, func(c store.ClaimedURL) bool { return c.Failed != "" })
@@ -516,6 +520,16 @@ func (f *Fetch) process(h *host, it *item) {
 	key, stop := it.batch.key, it.batch.stop
 	waitFrom := time.Now()
 	if !h.turn(ctx, stop, func() bool { return f.slots.take(key, stop) }, func() { f.slots.give(key) }) {
+		f.settle(it, outcome{}, true)
+		return
+	}
+	if !f.live.holds(it.batch.gen, time.Now()) {
+		// The token it was claimed under may have lapsed: the URL may be
+		// another node's now. Back, unsent (Release keeps it only if it
+		// is still this process's).
+		h.reached(time.Time{})
+		f.slots.give(key)
+		h.done()
 		f.settle(it, outcome{}, true)
 		return
 	}

@@ -82,7 +82,8 @@ func TestNodeWithALateHeartbeatFetchesNothing(t *testing.T) {
 	site := newPoliteSite(t)
 	req := leasedBatch(t, s, site, "late", "n1", 3, campaign.Politeness{IgnoreRobots: true})
 	live := &crawler.Liveness{}
-	live.Beat(time.Now().Add(-time.Minute), 15*time.Second) // the last beat Postgres took
+	then := time.Now().Add(-time.Minute)
+	live.Beat(then, then, 15*time.Second) // the last beat Postgres took
 	f, tmp := startFetchLive(t, s, "n1", live)
 	if _, pending, err := tmp.accept(ctx, f, req, "late"); err != nil || !pending {
 		t.Fatalf("accept: pending %v, %v", pending, err)
@@ -97,6 +98,45 @@ func TestNodeWithALateHeartbeatFetchesNothing(t *testing.T) {
 	defer site.mu.Unlock()
 	if n := len(site.times); n != 0 {
 		t.Fatalf("site served %d requests, want none", n)
+	}
+}
+
+// TestNodeWhoseHeartbeatCameLateHandsBackWhatItClaimedBefore: a heartbeat
+// taken after the token's time ran out revives the token, but what the
+// process claimed before may have gone to other nodes meanwhile: it hands
+// those URLs back, unfetched, and fetches what it claims from then on.
+func TestNodeWhoseHeartbeatCameLateHandsBackWhatItClaimedBefore(t *testing.T) {
+	s := harness.OpenStore(t)
+	ctx := context.Background()
+	site := newPoliteSite(t)
+	// Three seconds apart: the first URL is fetched at once, the others
+	// wait in the node's queue while the late heartbeat arrives.
+	pol := campaign.Politeness{MinDelay: campaign.Duration(3 * time.Second), IgnoreRobots: true}
+	req := leasedBatch(t, s, site, "revived", "n1", 3, pol)
+	live := &crawler.Liveness{}
+	now := time.Now()
+	live.Beat(now, now, 15*time.Second)
+	f, tmp := startFetchLive(t, s, "n1", live)
+	if _, pending, err := tmp.accept(ctx, f, req, "before"); err != nil || !pending {
+		t.Fatalf("accept: pending %v, %v", pending, err)
+	}
+	harness.Eventually(t, time.Minute, "the first request", func() bool {
+		site.mu.Lock()
+		defer site.mu.Unlock()
+		return len(site.times) == 1
+	})
+	sent := time.Now()
+	live.Beat(sent, sent.Add(time.Minute), 15*time.Second) // taken a minute after it was sent
+	if c := tmp.await(t, "before"); c.err != nil || c.result.Fetched != 1 || c.result.Released != 2 {
+		t.Fatalf("batch ended %+v (%v), want 1 fetched and the 2 queued handed back", c.result, c.err)
+	}
+	if st := states(t, s, req.CampaignKey); st[store.Pending] != 2 || st[store.Fetched] != 1 {
+		t.Fatalf("frontier %v, want 1 fetched, 2 pending again", st)
+	}
+	site.mu.Lock()
+	defer site.mu.Unlock()
+	if n := len(site.times); n != 1 {
+		t.Fatalf("site served %d requests, want 1", n)
 	}
 }
 

@@ -24,7 +24,6 @@ import (
 // that dies stops renewing and its claims lapse after claimTTL.
 type hostTable struct {
 	holder   string
-	live     *Liveness // nil: always alive
 	st       *store.Store
 	log      *slog.Logger
 	claimTTL time.Duration
@@ -54,8 +53,8 @@ func (h *host) freshLocked(now time.Time) bool {
 	return h.claimed && now.Sub(h.renewed) < ttl-ttl/claimMarginDiv
 }
 
-func newHostTable(holder string, live *Liveness, st *store.Store, log *slog.Logger) *hostTable {
-	return &hostTable{holder: holder, live: live, st: st, log: log, claimTTL: defaultClaimTTL, hosts: map[string]*host{}}
+func newHostTable(holder string, st *store.Store, log *slog.Logger) *hostTable {
+	return &hostTable{holder: holder, st: st, log: log, claimTTL: defaultClaimTTL, hosts: map[string]*host{}}
 }
 
 // get returns the host of a shard key, created on first use.
@@ -435,9 +434,6 @@ func (h *host) turn(ctx context.Context, stop <-chan struct{}, take func() bool,
 			return false
 		case turnLost:
 			h.release() // the claim was lost: wait for it again
-		case turnRevoked:
-			h.release()
-			return false
 		}
 	}
 }
@@ -448,7 +444,6 @@ const (
 	turnTaken turnResult = iota
 	turnStopped
 	turnLost
-	turnRevoked // the process's holder token may have lapsed (Liveness)
 )
 
 // pace waits for the host's next start and a node slot, then takes the
@@ -487,13 +482,6 @@ func (h *host) pace(ctx context.Context, stop <-chan struct{}, take func() bool,
 			h.mu.Unlock()
 			give()
 			continue
-		}
-		if !h.t.live.alive(now) {
-			// This process's holder token may have lapsed: its URLs may
-			// be another node's now. Hand them back, fetch nothing.
-			h.mu.Unlock()
-			give()
-			return turnRevoked
 		}
 		if !h.freshLocked(now) {
 			// Not renewed for too long (Postgres out of reach): the claim

@@ -13,7 +13,7 @@ import (
 )
 
 func testHost() *host {
-	t := newHostTable("n@1", nil, nil, slog.New(slog.DiscardHandler))
+	t := newHostTable("n@1", nil, slog.New(slog.DiscardHandler))
 	return t.get("x.test")
 }
 

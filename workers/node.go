@@ -278,7 +278,7 @@ func (r *nodeRun) start(ctx context.Context) error {
 		if err := r.st.RegisterNode(ctx, reg); err != nil {
 			return err
 		}
-		r.lives[i].Beat(sent, reg.TTL)
+		r.lives[i].Beat(sent, time.Now(), reg.TTL)
 	}
 	for _, e := range r.engines {
 		e.Start()
@@ -517,13 +517,13 @@ func heartbeat(ctx context.Context, st *store.Store, tc client.Client, regs []st
 		case err != nil && ctx.Err() == nil:
 			log.Warn("registry heartbeat failed", "error", err)
 		case err == nil:
-			beat(ids, lives, lost, sent, ttl)
+			beat(ids, lives, lost, sent, time.Now(), ttl)
 			if len(lost) > 0 {
 				log.Warn("registry heartbeat: another process registered under these node IDs", "nodes", lost)
 			}
 		}
 		if late := time.Since(sent); late > every && ctx.Err() == nil {
-			log.Warn("registry heartbeat was slow; past the node TTL less a fifth, this process stops fetching and hands its URLs back",
+			log.Warn("registry heartbeat was slow; past four fifths of the node TTL, the URLs this process claimed before are handed back unfetched",
 				"took", late.Round(time.Millisecond), "ttl", ttl)
 		}
 	}
@@ -532,10 +532,10 @@ func heartbeat(ctx context.Context, st *store.Store, tc client.Client, regs []st
 // beat records a heartbeat sent at sent on the holder tokens it kept
 // alive: every identity's but the lost ones (another process took their
 // IDs, and their tokens are dead for good).
-func beat(ids []string, lives []*crawler.Liveness, lost []string, sent time.Time, ttl time.Duration) {
+func beat(ids []string, lives []*crawler.Liveness, lost []string, sent, done time.Time, ttl time.Duration) {
 	for i, id := range ids {
 		if !slices.Contains(lost, id) {
-			lives[i].Beat(sent, ttl)
+			lives[i].Beat(sent, done, ttl)
 		}
 	}
 }
