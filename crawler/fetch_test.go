@@ -294,6 +294,13 @@ func newPoliteSite(t *testing.T) *politeSite {
 	return p
 }
 
+// served is how many requests the site has answered.
+func (p *politeSite) served() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.times)
+}
+
 func (p *politeSite) minGap() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()

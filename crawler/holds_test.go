@@ -63,9 +63,7 @@ func TestURLTakenAgainByItsHolderIsNotStranded(t *testing.T) {
 	if st := states(t, s, first.CampaignKey); st[store.Leased] != 0 || st[store.Fetched] != 1 || st[store.Pending] != 2 {
 		t.Fatalf("frontier %v after the hand-back; want the first URL fetched, the two queued back to pending, none leased", st)
 	}
-	site.mu.Lock()
-	defer site.mu.Unlock()
-	if n := len(site.times); n != 1 {
+	if n := site.served(); n != 1 {
 		t.Fatalf("site served %d requests, want 1 (the URL fetched before the lapse)", n)
 	}
 }
@@ -94,9 +92,7 @@ func TestNodeWithALateHeartbeatFetchesNothing(t *testing.T) {
 	if st := states(t, s, req.CampaignKey); st[store.Pending] != 3 {
 		t.Fatalf("frontier %v, want the 3 URLs pending again", st)
 	}
-	site.mu.Lock()
-	defer site.mu.Unlock()
-	if n := len(site.times); n != 0 {
+	if n := site.served(); n != 0 {
 		t.Fatalf("site served %d requests, want none", n)
 	}
 }
@@ -120,11 +116,7 @@ func TestNodeWhoseHeartbeatCameLateHandsBackWhatItClaimedBefore(t *testing.T) {
 	if _, pending, err := tmp.accept(ctx, f, req, "before"); err != nil || !pending {
 		t.Fatalf("accept: pending %v, %v", pending, err)
 	}
-	harness.Eventually(t, time.Minute, "the first request", func() bool {
-		site.mu.Lock()
-		defer site.mu.Unlock()
-		return len(site.times) == 1
-	})
+	harness.Eventually(t, time.Minute, "the first request", func() bool { return site.served() == 1 })
 	sent := time.Now()
 	live.Beat(sent, sent.Add(time.Minute), 15*time.Second) // taken a minute after it was sent
 	if c := tmp.await(t, "before"); c.err != nil || c.result.Fetched != 1 || c.result.Released != 2 {
@@ -133,9 +125,7 @@ func TestNodeWhoseHeartbeatCameLateHandsBackWhatItClaimedBefore(t *testing.T) {
 	if st := states(t, s, req.CampaignKey); st[store.Pending] != 2 || st[store.Fetched] != 1 {
 		t.Fatalf("frontier %v, want 1 fetched, 2 pending again", st)
 	}
-	site.mu.Lock()
-	defer site.mu.Unlock()
-	if n := len(site.times); n != 1 {
+	if n := site.served(); n != 1 {
 		t.Fatalf("site served %d requests, want 1", n)
 	}
 }
