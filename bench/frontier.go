@@ -303,12 +303,13 @@ func frontierSteps(plain *store.Store, busy, tail store.HostLeaseParams) []front
 	return []frontierStep{
 		{"LeaseHosts, busy: due work", lease(busy)},
 		{"LeaseHosts, tail: idle poll", lease(tail)},
-		{"ClaimHost and RenewHosts (a node, per host it fetches)", func(ctx context.Context, s *store.Store) (string, error) {
+		{"ClaimHosts and RenewHosts (a node, per batch's new hosts)", func(ctx context.Context, s *store.Store) (string, error) {
 			holder := store.HolderToken("node-1", "inc")
-			c, err := s.ClaimHost(ctx, "h5.busy.test", holder, time.Minute)
+			got, err := s.ClaimHosts(ctx, []string{"h5.busy.test"}, holder, time.Minute)
 			if err != nil {
 				return "", err
 			}
+			c := got["h5.busy.test"]
 			held, _, err := s.RenewHosts(ctx, holder, time.Minute, []store.HeldHost{{ShardKey: "h5.busy.test", Interval: time.Second}})
 			if err != nil {
 				return "", err

@@ -337,6 +337,7 @@ func (f *Fetch) accept(ctx context.Context, req campaign.FetchBatchRequest) (res
 	f.metrics.Settled("failed", b.result.Failed)
 	histories := f.histories(ctx, r, claimed)
 	var start []*hostQueue
+	var hosts []*host
 	f.mu.Lock()
 	if f.stopping {
 		// Back, unfetched: what this claim took, not what the node already
@@ -366,6 +367,7 @@ func (f *Fetch) accept(ctx context.Context, req campaign.FetchBatchRequest) (res
 		b.remaining++
 		q.push(it)
 		q.host.enter(b.key, r.spec.Politeness.MinDelay.D(), r.spec.Politeness.MaxConcurrencyPerHost)
+		hosts = append(hosts, q.host)
 		if !q.running {
 			q.running = true
 			start = append(start, q)
@@ -378,6 +380,7 @@ func (f *Fetch) accept(ctx context.Context, req campaign.FetchBatchRequest) (res
 	}
 	f.batches[b] = struct{}{}
 	f.mu.Unlock()
+	f.hosts.claimAll(ctx, hosts)
 	for _, q := range start {
 		f.work.Add(1)
 		go f.runHost(q)

@@ -605,18 +605,15 @@ func (h *host) claim(ctx context.Context, stop <-chan struct{}) bool {
 			h.claimMu.Unlock()
 			return true
 		}
-		var (
-			c   store.HostClaim
-			err error
-		)
-		asked := time.Now()
-		if asked.After(yieldTill) {
-			c, err = h.t.st.ClaimHost(ctx, h.key, h.t.holder, h.t.claimTTL)
-		}
-		if err == nil && c.Granted {
-			h.granted(ctx, c, asked)
-			h.claimMu.Unlock()
-			return true
+		var err error
+		if asked := time.Now(); asked.After(yieldTill) {
+			var got map[string]store.ClaimedHost
+			got, err = h.t.st.ClaimHosts(ctx, []string{h.key}, h.t.holder, h.t.claimTTL)
+			if c, ok := got[h.key]; ok {
+				h.granted(c, asked)
+				h.claimMu.Unlock()
+				return true
+			}
 		}
 		h.claimMu.Unlock()
 		if err != nil {
@@ -628,14 +625,58 @@ func (h *host) claim(ctx context.Context, stop <-chan struct{}) bool {
 	}
 }
 
+// claimAll claims, in one statement, the hosts of a batch just taken that
+// this node does not hold yet, so their first turns find them held: on a
+// pool of many nodes most of a new batch's hosts are new to its node, and
+// their claims one by one were a round trip each, queued behind the whole
+// pool's. A host it does not get here (another node holds it, one of its
+// turns is claiming it, Postgres failed) is claimed at its turn, as ever.
+func (t *hostTable) claimAll(ctx context.Context, hosts []*host) {
+	asked := time.Now()
+	var want []*host
+	for _, h := range hosts {
+		if !h.claimMu.TryLock() {
+			continue // a turn claims it now, or it is in want already
+		}
+		h.mu.Lock()
+		skip := h.claimed || !asked.After(h.yieldTill)
+		h.mu.Unlock()
+		if skip {
+			h.claimMu.Unlock()
+			continue
+		}
+		want = append(want, h)
+	}
+	if len(want) == 0 {
+		return
+	}
+	defer func() {
+		for _, h := range want {
+			h.claimMu.Unlock()
+		}
+	}()
+	keys := make([]string, len(want))
+	for i, h := range want {
+		keys[i] = h.key
+	}
+	got, err := t.st.ClaimHosts(ctx, keys, t.holder, t.claimTTL)
+	if err != nil {
+		if ctx.Err() == nil {
+			t.log.Warn("claim a batch's hosts; each is claimed at its turn", "hosts", len(keys), "error", err)
+		}
+		return
+	}
+	for _, h := range want {
+		if c, ok := got[h.key]; ok {
+			h.granted(c, asked)
+		}
+	}
+}
+
 // granted takes a claim up, asked for at asked: the host's pace as its
 // last holder left it, and the strictest policy of the campaigns crawling
 // it now.
-func (h *host) granted(ctx context.Context, c store.HostClaim, asked time.Time) {
-	policies, err := h.t.st.HostPolicies(ctx, []string{h.key})
-	if err != nil {
-		h.t.log.Warn("read host policy", "host", h.key, "error", err)
-	}
+func (h *host) granted(c store.ClaimedHost, asked time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := time.Now()
@@ -647,10 +688,8 @@ func (h *host) granted(ctx context.Context, c store.HostClaim, asked time.Time) 
 	if h.learned.Latency == 0 {
 		h.learned.Latency = c.Latency
 	}
-	if err == nil {
-		h.policy = policies[h.key]
-		h.repaceLocked()
-	}
+	h.policy = c.Policy
+	h.repaceLocked()
 }
 
 // renew extends the claim and records the host's next start now; false if

@@ -240,10 +240,10 @@ func TestCampaignReachingAHostIsAnnounced(t *testing.T) {
 func TestHostClaimIsClusterWide(t *testing.T) {
 	s := harness.OpenStore(t)
 	a, b := "a@1", "b@1"
-	if c, err := s.ClaimHost(ctx, "x.test", a, time.Minute); err != nil || !c.Granted {
+	if c, ok, err := claimHost(s, "x.test", a); err != nil || !ok {
 		t.Fatalf("first claim %+v %v", c, err)
 	}
-	if c, err := s.ClaimHost(ctx, "x.test", b, time.Minute); err != nil || c.Granted {
+	if c, ok, err := claimHost(s, "x.test", b); err != nil || ok {
 		t.Fatalf("second holder granted %+v %v", c, err)
 	}
 	held, wanted, err := s.RenewHosts(ctx, a, time.Minute, []store.HeldHost{{ShardKey: "x.test", NextIn: 3 * time.Second, Latency: 200 * time.Millisecond}})
@@ -256,10 +256,46 @@ func TestHostClaimIsClusterWide(t *testing.T) {
 	if err := s.ReleaseHost(ctx, a, store.HeldHost{ShardKey: "x.test", NextIn: 3 * time.Second, Latency: 200 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.ClaimHost(ctx, "x.test", b, time.Minute)
-	if err != nil || !c.Granted || c.Wait < 2*time.Second || c.Latency != 200*time.Millisecond {
+	c, ok, err := claimHost(s, "x.test", b)
+	if err != nil || !ok || c.Wait < 2*time.Second || c.Latency != 200*time.Millisecond {
 		t.Fatalf("claim after release %+v %v, want granted, about 3s to wait, the latency learned", c, err)
 	}
+}
+
+// TestHostClaimsComeWithTheirPolicies: claiming many hosts at once grants
+// the free ones, each with its strictest policy (none for a host no
+// running campaign crawls), and refuses the one another holder has,
+// marking it wanted; a key asked twice is claimed once.
+func TestHostClaimsComeWithTheirPolicies(t *testing.T) {
+	s := harness.OpenStore(t)
+	politeCampaign(t, s, t.Name(), 2*time.Second, 1, 1, 1) // crawls h0.test
+	a, b := "a@1", "b@1"
+	if _, ok, err := claimHost(s, "x.test", a); err != nil || !ok {
+		t.Fatalf("a's claim of x.test: %v %v", ok, err)
+	}
+	got, err := s.ClaimHosts(ctx, []string{"x.test", "h0.test", "y.test", "h0.test"}, b, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("granted %v, want h0.test and y.test", got)
+	}
+	if c := got["h0.test"]; !c.Granted || c.Policy != (store.HostPolicy{MinDelay: 2 * time.Second, Concurrency: 1}) {
+		t.Errorf("h0.test %+v, want granted with its campaign's 2s and 1", c)
+	}
+	if c := got["y.test"]; !c.Granted || c.Policy != (store.HostPolicy{}) {
+		t.Errorf("y.test %+v, want granted with no policy", c)
+	}
+	if _, wanted, err := s.RenewHosts(ctx, a, time.Minute, []store.HeldHost{{ShardKey: "x.test"}}); err != nil || !wanted["x.test"] {
+		t.Errorf("x.test wanted %v (%v), want the refused claim to mark it", wanted, err)
+	}
+}
+
+// claimHost claims one host: whether it was granted, and the claim.
+func claimHost(s *store.Store, key, holder string) (store.ClaimedHost, bool, error) {
+	got, err := s.ClaimHosts(ctx, []string{key}, holder, time.Minute)
+	c, ok := got[key]
+	return c, ok, err
 }
 
 // TestOnlyDeadHoldersLoseTheirRows: an expired lease returns to pending

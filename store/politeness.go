@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,32 +46,72 @@ func msUp(d time.Duration) int64 {
 	return (d + time.Millisecond - 1).Milliseconds()
 }
 
-// ClaimHost makes holder the one fetching from a host until ttl passes
-// without a renewal: a holder that died lets go after its ttl. A refused
-// claim marks the host wanted, so its holder shares it (see RenewHosts).
-func (s *Store) ClaimHost(ctx context.Context, shardKey, holder string, ttl time.Duration) (HostClaim, error) {
-	var waitMs, extraMs, latencyMs int64
-	err := s.pool.QueryRow(ctx, `
-		INSERT INTO host_state AS s (shard_key, claim_holder, claim_until)
-		VALUES ($1, $2, now() + $3::bigint * interval '1 millisecond')
-		ON CONFLICT (shard_key) DO UPDATE SET claim_holder = EXCLUDED.claim_holder, claim_until = EXCLUDED.claim_until,
-			wanted_until = CASE WHEN s.claim_holder = EXCLUDED.claim_holder THEN s.wanted_until END
-		WHERE s.claim_holder IS NULL OR s.claim_holder = EXCLUDED.claim_holder OR s.claim_until < now()
-		RETURNING ceil(extract(epoch FROM greatest(s.next_allowed_at, now()) - now()) * 1000)::bigint,
-		          s.extra_delay_ms, s.latency_ms`,
-		shardKey, holder, ms(ttl)).Scan(&waitMs, &extraMs, &latencyMs)
-	if errors.Is(err, pgx.ErrNoRows) {
-		if _, err := s.pool.Exec(ctx, `
-			UPDATE host_state SET wanted_until = now() + $2::bigint * interval '1 millisecond'
-			WHERE shard_key = $1 AND claim_holder IS DISTINCT FROM $3`, shardKey, ms(ttl), holder); err != nil {
-			return HostClaim{}, fmt.Errorf("claim host %s: %w", shardKey, err)
-		}
-		return HostClaim{}, nil
+// ClaimedHost is a host claim asked for, and, when granted, the host's
+// policy, read with it.
+type ClaimedHost struct {
+	HostClaim
+	Policy HostPolicy
+}
+
+// ClaimHosts makes holder the one fetching from each of keys it can have
+// until ttl passes without a renewal (a holder that died lets go after its
+// ttl), and reads the granted hosts' policies (HostPolicies) with them, in
+// one statement whatever their number: a node claims a new batch's hosts
+// together. The answer has the granted hosts only. A refused claim marks
+// the host wanted, so its holder shares it (see RenewHosts).
+func (s *Store) ClaimHosts(ctx context.Context, keys []string, holder string, ttl time.Duration) (map[string]ClaimedHost, error) {
+	keys = slices.Compact(slices.Sorted(slices.Values(keys))) // one row each, locked in one order
+	out := make(map[string]ClaimedHost, len(keys))
+	if len(keys) == 0 {
+		return out, nil
 	}
+	rows, err := s.pool.Query(ctx, `
+		WITH claimed AS (
+			INSERT INTO host_state AS s (shard_key, claim_holder, claim_until)
+			SELECT k, $2, now() + $3::bigint * interval '1 millisecond' FROM unnest($1::text[]) AS k ORDER BY k
+			ON CONFLICT (shard_key) DO UPDATE SET claim_holder = EXCLUDED.claim_holder, claim_until = EXCLUDED.claim_until,
+				wanted_until = CASE WHEN s.claim_holder = EXCLUDED.claim_holder THEN s.wanted_until END
+			WHERE s.claim_holder IS NULL OR s.claim_holder = EXCLUDED.claim_holder OR s.claim_until < now()
+			RETURNING s.shard_key, ceil(extract(epoch FROM greatest(s.next_allowed_at, now()) - now()) * 1000)::bigint AS wait_ms,
+			          s.extra_delay_ms, s.latency_ms
+		), policy AS (
+			SELECT h.shard_key, max(c.min_delay_ms) AS delay_ms, coalesce(min(nullif(c.host_concurrency, 0)), 0) AS concurrency
+			FROM hosts h JOIN campaigns c ON c.key = h.campaign
+			WHERE h.shard_key IN (SELECT shard_key FROM claimed) AND c.status = 'running'
+			GROUP BY h.shard_key
+		)
+		SELECT claimed.shard_key, wait_ms, extra_delay_ms, latency_ms, coalesce(delay_ms, 0)::bigint, coalesce(concurrency, 0)::int
+		FROM claimed LEFT JOIN policy USING (shard_key)`,
+		keys, holder, ms(ttl))
 	if err != nil {
-		return HostClaim{}, fmt.Errorf("claim host %s: %w", shardKey, err)
+		return nil, fmt.Errorf("claim %d hosts: %w", len(keys), err)
 	}
-	return HostClaim{Granted: true, Wait: fromMs(waitMs), ExtraDelay: fromMs(extraMs), Latency: fromMs(latencyMs)}, nil
+	for rows.Next() {
+		var key string
+		var waitMs, extraMs, latencyMs, delayMs int64
+		var concurrency int
+		if err := rows.Scan(&key, &waitMs, &extraMs, &latencyMs, &delayMs, &concurrency); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("claim %d hosts: %w", len(keys), err)
+		}
+		out[key] = ClaimedHost{
+			HostClaim: HostClaim{Granted: true, Wait: fromMs(waitMs), ExtraDelay: fromMs(extraMs), Latency: fromMs(latencyMs)},
+			Policy:    HostPolicy{MinDelay: fromMs(delayMs), Concurrency: concurrency},
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim %d hosts: %w", len(keys), err)
+	}
+	if len(out) == len(keys) {
+		return out, nil
+	}
+	refused := slices.DeleteFunc(keys, func(k string) bool { _, ok := out[k]; return ok })
+	if _, err := s.pool.Exec(ctx, `
+		UPDATE host_state SET wanted_until = now() + $2::bigint * interval '1 millisecond'
+		WHERE shard_key = ANY($1) AND claim_holder IS DISTINCT FROM $3`, refused, ms(ttl), holder); err != nil {
+		return nil, fmt.Errorf("claim %d hosts: mark %d wanted: %w", len(keys), len(refused), err)
+	}
+	return out, nil
 }
 
 // HeldHost is what a holder writes about a host it holds: when the next
