@@ -309,12 +309,12 @@ func frontierSteps(plain *store.Store, busy, tail store.HostLeaseParams) []front
 			if err != nil {
 				return "", err
 			}
-			c := got["h5.busy.test"]
+			_, granted := got["h5.busy.test"]
 			held, _, err := s.RenewHosts(ctx, holder, time.Minute, []store.HeldHost{{ShardKey: "h5.busy.test", Interval: time.Second}})
 			if err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("granted %v, still held %v", c.Granted, held["h5.busy.test"]), s.ReleaseHost(ctx, holder, store.HeldHost{ShardKey: "h5.busy.test"})
+			return fmt.Sprintf("granted %v, still held %v", granted, held["h5.busy.test"]), s.ReleaseHost(ctx, holder, store.HeldHost{ShardKey: "h5.busy.test"})
 		}},
 	}
 }

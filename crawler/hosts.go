@@ -607,7 +607,7 @@ func (h *host) claim(ctx context.Context, stop <-chan struct{}) bool {
 		}
 		var err error
 		if asked := time.Now(); asked.After(yieldTill) {
-			var got map[string]store.ClaimedHost
+			var got map[string]store.HostClaim
 			got, err = h.t.st.ClaimHosts(ctx, []string{h.key}, h.t.holder, h.t.claimTTL)
 			if c, ok := got[h.key]; ok {
 				h.granted(c, asked)
@@ -676,7 +676,7 @@ func (t *hostTable) claimAll(ctx context.Context, hosts []*host) {
 // granted takes a claim up, asked for at asked: the host's pace as its
 // last holder left it, and the strictest policy of the campaigns crawling
 // it now.
-func (h *host) granted(c store.ClaimedHost, asked time.Time) {
+func (h *host) granted(c store.HostClaim, asked time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := time.Now()

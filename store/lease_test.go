@@ -280,10 +280,10 @@ func TestHostClaimsComeWithTheirPolicies(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("granted %v, want h0.test and y.test", got)
 	}
-	if c := got["h0.test"]; !c.Granted || c.Policy != (store.HostPolicy{MinDelay: 2 * time.Second, Concurrency: 1}) {
+	if c, ok := got["h0.test"]; !ok || c.Policy != (store.HostPolicy{MinDelay: 2 * time.Second, Concurrency: 1}) {
 		t.Errorf("h0.test %+v, want granted with its campaign's 2s and 1", c)
 	}
-	if c := got["y.test"]; !c.Granted || c.Policy != (store.HostPolicy{}) {
+	if c, ok := got["y.test"]; !ok || c.Policy != (store.HostPolicy{}) {
 		t.Errorf("y.test %+v, want granted with no policy", c)
 	}
 	if _, wanted, err := s.RenewHosts(ctx, a, time.Minute, []store.HeldHost{{ShardKey: "x.test"}}); err != nil || !wanted["x.test"] {
@@ -292,7 +292,7 @@ func TestHostClaimsComeWithTheirPolicies(t *testing.T) {
 }
 
 // claimHost claims one host: whether it was granted, and the claim.
-func claimHost(s *store.Store, key, holder string) (store.ClaimedHost, bool, error) {
+func claimHost(s *store.Store, key, holder string) (store.HostClaim, bool, error) {
 	got, err := s.ClaimHosts(ctx, []string{key}, holder, time.Minute)
 	c, ok := got[key]
 	return c, ok, err

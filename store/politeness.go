@@ -24,16 +24,16 @@ type HostPolicy struct {
 	Concurrency int
 }
 
-// HostClaim is what a holder learns when it asks for a host.
+// HostClaim is what a holder learns when it is granted a host.
 type HostClaim struct {
-	// Granted is false while another holder's claim is live.
-	Granted bool
 	// Wait is how long until the host's next request may start.
 	Wait time.Duration
 	// ExtraDelay is the delay learned from the host's 5xx answers.
 	ExtraDelay time.Duration
 	// Latency is the host's moving average response time, as last written.
 	Latency time.Duration
+	// Policy is the host's strictest policy now (HostPolicies).
+	Policy HostPolicy
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
@@ -46,12 +46,11 @@ func msUp(d time.Duration) int64 {
 	return (d + time.Millisecond - 1).Milliseconds()
 }
 
-// ClaimedHost is a host claim asked for, and, when granted, the host's
-// policy, read with it.
-type ClaimedHost struct {
-	HostClaim
-	Policy HostPolicy
-}
+// Statements that take many hosts' rows lock them in key order
+// (ClaimHosts, its marking of the refused ones wanted, RenewHosts), and a
+// claim leaves alone the rows another holder's live claim has: two nodes'
+// claims and renewals over the same hosts never wait on each other in a
+// cycle.
 
 // ClaimHosts makes holder the one fetching from each of keys it can have
 // until ttl passes without a renewal (a holder that died lets go after its
@@ -59,16 +58,18 @@ type ClaimedHost struct {
 // one statement whatever their number: a node claims a new batch's hosts
 // together. The answer has the granted hosts only. A refused claim marks
 // the host wanted, so its holder shares it (see RenewHosts).
-func (s *Store) ClaimHosts(ctx context.Context, keys []string, holder string, ttl time.Duration) (map[string]ClaimedHost, error) {
+func (s *Store) ClaimHosts(ctx context.Context, keys []string, holder string, ttl time.Duration) (map[string]HostClaim, error) {
 	keys = slices.Compact(slices.Sorted(slices.Values(keys))) // one row each, locked in one order
-	out := make(map[string]ClaimedHost, len(keys))
+	out := make(map[string]HostClaim, len(keys))
 	if len(keys) == 0 {
 		return out, nil
 	}
 	rows, err := s.pool.Query(ctx, `
 		WITH claimed AS (
 			INSERT INTO host_state AS s (shard_key, claim_holder, claim_until)
-			SELECT k, $2, now() + $3::bigint * interval '1 millisecond' FROM unnest($1::text[]) AS k ORDER BY k
+			SELECT k, $2, now() + $3::bigint * interval '1 millisecond' FROM unnest($1::text[]) AS k
+			WHERE NOT EXISTS (SELECT 1 FROM host_state o WHERE o.shard_key = k AND o.claim_holder <> $2 AND o.claim_until >= now())
+			ORDER BY k
 			ON CONFLICT (shard_key) DO UPDATE SET claim_holder = EXCLUDED.claim_holder, claim_until = EXCLUDED.claim_until,
 				wanted_until = CASE WHEN s.claim_holder = EXCLUDED.claim_holder THEN s.wanted_until END
 			WHERE s.claim_holder IS NULL OR s.claim_holder = EXCLUDED.claim_holder OR s.claim_until < now()
@@ -94,9 +95,9 @@ func (s *Store) ClaimHosts(ctx context.Context, keys []string, holder string, tt
 			rows.Close()
 			return nil, fmt.Errorf("claim %d hosts: %w", len(keys), err)
 		}
-		out[key] = ClaimedHost{
-			HostClaim: HostClaim{Granted: true, Wait: fromMs(waitMs), ExtraDelay: fromMs(extraMs), Latency: fromMs(latencyMs)},
-			Policy:    HostPolicy{MinDelay: fromMs(delayMs), Concurrency: concurrency},
+		out[key] = HostClaim{
+			Wait: fromMs(waitMs), ExtraDelay: fromMs(extraMs), Latency: fromMs(latencyMs),
+			Policy: HostPolicy{MinDelay: fromMs(delayMs), Concurrency: concurrency},
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -108,7 +109,8 @@ func (s *Store) ClaimHosts(ctx context.Context, keys []string, holder string, tt
 	refused := slices.DeleteFunc(keys, func(k string) bool { _, ok := out[k]; return ok })
 	if _, err := s.pool.Exec(ctx, `
 		UPDATE host_state SET wanted_until = now() + $2::bigint * interval '1 millisecond'
-		WHERE shard_key = ANY($1) AND claim_holder IS DISTINCT FROM $3`, refused, ms(ttl), holder); err != nil {
+		WHERE shard_key IN (SELECT shard_key FROM host_state WHERE shard_key = ANY($1) AND claim_holder IS DISTINCT FROM $3
+		                    ORDER BY shard_key FOR UPDATE)`, refused, ms(ttl), holder); err != nil {
 		return nil, fmt.Errorf("claim %d hosts: mark %d wanted: %w", len(keys), len(refused), err)
 	}
 	return out, nil
@@ -139,6 +141,8 @@ func (s *Store) RenewHosts(ctx context.Context, holder string, ttl time.Duration
 			extra_delay_ms = u.extra, interval_ms = u.gap, latency_ms = u.latency
 		FROM unnest($3::text[], $4::bigint[], $5::int[], $6::int[], $7::int[]) AS u(key, next_ms, extra, gap, latency)
 		WHERE s.shard_key = u.key AND s.claim_holder = $1
+		  AND s.shard_key IN (SELECT shard_key FROM host_state WHERE shard_key = ANY($3) AND claim_holder = $1
+		                      ORDER BY shard_key FOR UPDATE)
 		RETURNING s.shard_key, coalesce(s.wanted_until > now(), false)`,
 		holder, ms(ttl), keys, next, extra, interval, latency)
 	if err != nil {
