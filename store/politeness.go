@@ -75,12 +75,7 @@ func (s *Store) ClaimHosts(ctx context.Context, keys []string, holder string, tt
 			WHERE s.claim_holder IS NULL OR s.claim_holder = EXCLUDED.claim_holder OR s.claim_until < now()
 			RETURNING s.shard_key, ceil(extract(epoch FROM greatest(s.next_allowed_at, now()) - now()) * 1000)::bigint AS wait_ms,
 			          s.extra_delay_ms, s.latency_ms
-		), policy AS (
-			SELECT h.shard_key, max(c.min_delay_ms) AS delay_ms, coalesce(min(nullif(c.host_concurrency, 0)), 0) AS concurrency
-			FROM hosts h JOIN campaigns c ON c.key = h.campaign
-			WHERE h.shard_key IN (SELECT shard_key FROM claimed) AND c.status = 'running'
-			GROUP BY h.shard_key
-		)
+		), policy AS (`+strictestPolicies("IN (SELECT shard_key FROM claimed)")+`)
 		SELECT claimed.shard_key, wait_ms, extra_delay_ms, latency_ms, coalesce(delay_ms, 0)::bigint, coalesce(concurrency, 0)::int
 		FROM claimed LEFT JOIN policy USING (shard_key)`,
 		keys, holder, ms(ttl))
@@ -215,11 +210,7 @@ func (s *Store) HostPolicies(ctx context.Context, keys []string) (map[string]Hos
 	if len(keys) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `
-		SELECT h.shard_key, max(c.min_delay_ms), coalesce(min(nullif(c.host_concurrency, 0)), 0)
-		FROM hosts h JOIN campaigns c ON c.key = h.campaign
-		WHERE h.shard_key = ANY($1) AND c.status = 'running'
-		GROUP BY h.shard_key`, keys)
+	rows, err := s.pool.Query(ctx, strictestPolicies("= ANY($1)"), keys)
 	if err != nil {
 		return nil, fmt.Errorf("host policies: %w", err)
 	}
@@ -237,6 +228,18 @@ func (s *Store) HostPolicies(ctx context.Context, keys []string) (map[string]Hos
 		return nil, fmt.Errorf("host policies: %w", err)
 	}
 	return out, nil
+}
+
+// strictestPolicies is the statement that reads, for each host whose
+// shard key matches cond (a condition on h.shard_key), the strictest
+// politeness of the running campaigns crawling it: its shard_key,
+// delay_ms and concurrency (0: none known). HostPolicies and ClaimHosts
+// read policies with it, so both mean the same by "strictest".
+func strictestPolicies(cond string) string {
+	return `SELECT h.shard_key, max(c.min_delay_ms) AS delay_ms, coalesce(min(nullif(c.host_concurrency, 0)), 0) AS concurrency
+		FROM hosts h JOIN campaigns c ON c.key = h.campaign
+		WHERE h.shard_key ` + cond + ` AND c.status = 'running'
+		GROUP BY h.shard_key`
 }
 
 // PolicyChannel is the Postgres notification channel on which campaign
